@@ -1,0 +1,291 @@
+"""Cost model of this machine: C_v(n; ℓ) (verify n tree nodes + root on a KV cache of ℓ), C_d(ℓ) (one drafting
+round) and the per-round overhead (tree build, stop rule, cache compaction), all in milliseconds. Pure logic + JSON.
+
+The fit is what makes CaDDTree's greedy stop exact: per context length, C_v is fitted convex and non-decreasing in n
+(measured CPU curves are not convex at small n: kernels change), so marginal costs never decrease and θ is unimodal.
+
+Rules (applied in `fit_cost_model` and `CostModel`):
+- n: the grid (possibly non-uniform) must start 0, 1. C_v(0) is the root-only forward, i.e. a plain decoding step: no
+  tree mask, a different kernel path, often well below the masked n = 1 forward; smearing that jump into a convex
+  fit would misprice exactly the speculate-or-not decision, so C_v(0) is kept as measured (capped at C_v(1)) and
+  only n >= 1 is fitted convex non-decreasing, then evaluated at every integer 1..n_max by linear interpolation
+  (stays convex and monotone). `choose_tree_size` compares n = 0 explicitly. n > n_max is refused
+  (`CaddtreeError`): the policy must never rely on an extrapolated cost.
+- ℓ: every cost is made non-decreasing in ℓ (cumulative max over the ctx grid), linearly interpolated between grid
+  ctxs; below the grid the first ctx's values are used; above it, linear extrapolation with the slope between the last
+  two grid ctxs, clamped at ≥ 0 (for C_v that per-n slope is itself projected onto convex non-decreasing curves, so
+  extrapolated curves stay convex and monotone in n).
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from caddtree.errors import CaddtreeError
+
+FORMAT = "caddtree-cost/1"
+_TOL = 1e-6  # relative tolerance on the shape checks of a saved fit (solver round-off)
+
+
+@dataclass
+class CostModel:
+    ctxs: list[int]          # context-length grid, increasing
+    verify: np.ndarray       # [len(ctxs), n_max + 1] fitted C_v(n; ctx) for n = 0..n_max, ms
+    verify_slope: np.ndarray  # [n_max + 1] dC_v/dℓ beyond the last ctx, ms per token (>= 0, same shape rules)
+    draft: np.ndarray        # [len(ctxs)] fitted C_d(ctx), ms
+    overhead: np.ndarray     # [len(ctxs)] fitted per-round overhead, ms
+    measurements: dict = field(default_factory=dict)  # raw data the fit came from (saved for audit/refit)
+    provenance: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.ctxs = [int(c) for c in self.ctxs]
+        self.verify = np.asarray(self.verify, dtype=np.float64)
+        self.verify_slope = np.asarray(self.verify_slope, dtype=np.float64)
+        self.draft = np.asarray(self.draft, dtype=np.float64)
+        self.overhead = np.asarray(self.overhead, dtype=np.float64)
+
+    @property
+    def max_nodes(self) -> int:
+        return self.verify.shape[1] - 1
+
+    def _ctx_blend(self, table: np.ndarray, slope, ctx: float):
+        """Interpolate rows of `table` (indexed by the ctx grid) at ctx, with the module's out-of-grid rule."""
+        cs = self.ctxs
+        if ctx <= cs[0]:
+            return table[0]
+        if ctx >= cs[-1]:
+            return table[-1] + (ctx - cs[-1]) * slope
+        j = bisect.bisect_right(cs, ctx)  # cs[j-1] <= ctx < cs[j]
+        t = (ctx - cs[j - 1]) / (cs[j] - cs[j - 1])
+        return (1.0 - t) * table[j - 1] + t * table[j]
+
+    def _scalar_slope(self, v: np.ndarray) -> float:
+        return max((v[-1] - v[-2]) / (self.ctxs[-1] - self.ctxs[-2]), 0.0) if len(self.ctxs) > 1 else 0.0
+
+    def verify_curve(self, ctx: float) -> np.ndarray:
+        """[max_nodes + 1] C_v(n; ctx) for n = 0..max_nodes (the per-round hot path: a few numpy ops)."""
+        return self._ctx_blend(self.verify, self.verify_slope, ctx)
+
+    def verify_ms(self, n, ctx: float):
+        """C_v(n; ctx) in ms; n an int (-> float) or a 1-D array/tensor of ints (-> np.ndarray)."""
+        idx = np.asarray(n.cpu() if hasattr(n, "cpu") else n, dtype=np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() > self.max_nodes):
+            bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
+            raise CaddtreeError(f"verify cost asked for n={bad} tree nodes but the profile covers "
+                                f"0..{self.max_nodes}: cap the tree budget at "
+                                f"{self.max_nodes} or re-profile with a larger grid")
+        out = self.verify_curve(ctx)[idx]
+        return float(out) if out.ndim == 0 else out
+
+    def draft_ms(self, ctx: float) -> float:
+        return float(self._ctx_blend(self.draft, self._scalar_slope(self.draft), ctx))
+
+    def overhead_ms(self, ctx: float) -> float:
+        return float(self._ctx_blend(self.overhead, self._scalar_slope(self.overhead), ctx))
+
+    def round_ms(self, n, ctx: float):
+        """Predicted wall time of one decoding round that verifies n tree nodes: draft + overhead + verify."""
+        return self.draft_ms(ctx) + self.overhead_ms(ctx) + self.verify_ms(n, ctx)
+
+
+# ---------------------------------------------------------------------------------------------------------- fitting
+
+def _shape_fit(x, y, convex: bool, relative: bool = True) -> np.ndarray:
+    """Least squares (in relative error: costs span 10x and small n matters as much as large) over curves that are
+    non-decreasing in x and, if `convex`, have non-decreasing slopes (convexity on a non-uniform grid).
+
+    cvxpy + CLARABEL as in the paper; scipy's bounded least squares on a hinge basis if cvxpy is missing or fails.
+    The result is re-integrated from clamped, sorted slopes so the shape holds exactly, not just to solver tolerance.
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    w = 1.0 / np.maximum(np.abs(y), 1e-9) if relative else np.ones_like(y)
+    if len(x) == 1:
+        return y.copy()
+    try:
+        import cvxpy as cp
+        z = cp.Variable(len(x))
+        slopes = cp.multiply(cp.diff(z), 1.0 / np.diff(x))
+        cons = [cp.diff(z) >= 0] + ([cp.diff(slopes) >= 0] if convex and len(x) > 2 else [])
+        cp.Problem(cp.Minimize(cp.sum_squares(cp.multiply(w, z - y))), cons).solve(solver=cp.CLARABEL)
+        if z.value is None or not np.all(np.isfinite(z.value)):
+            raise ValueError("solver returned no solution")
+        fit = np.asarray(z.value, dtype=np.float64)
+    except Exception:  # cvxpy absent or solver failure: same problem, bounded-variable form
+        from scipy.optimize import lsq_linear
+        # y_j = c + Σ_m e_m φ_m(x_j), e_m >= 0; φ = steps (monotone) or hinges max(0, x - x_m) (+ a ramp) (convex)
+        xm = x[:-1] if convex else x[1:]
+        basis = np.maximum(0.0, x[:, None] - xm[None]) if convex else (x[:, None] >= xm[None]).astype(np.float64)
+        A = np.hstack([np.ones((len(x), 1)), basis])
+        lb = np.r_[-np.inf, np.zeros(basis.shape[1])]
+        fit = A @ lsq_linear(A * w[:, None], y * w, bounds=(lb, np.inf)).x
+    slope = np.maximum(np.diff(fit) / np.diff(x), 0.0)
+    if convex:
+        slope = np.maximum.accumulate(slope)
+    return fit[0] + np.r_[0.0, np.cumsum(slope * np.diff(x))]
+
+
+def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostModel:
+    """Fit a CostModel to measurements:
+
+        {"ns": [0, 1, n_2, ..., n_max] (increasing, must start 0, 1), "ctxs": [ℓ_1, ...] (increasing),
+         "verify_ms": [[ms per n] per ctx], "draft_ms": [ms per ctx], "overhead_ms": float or [ms per ctx]}
+
+    (extra keys are kept). See the module docstring for the n/ℓ rules.
+    """
+    try:
+        ns = [int(v) for v in measurements["ns"]]
+        ctxs = [int(v) for v in measurements["ctxs"]]
+        V = np.asarray(measurements["verify_ms"], dtype=np.float64)
+        D = np.broadcast_to(np.asarray(measurements["draft_ms"], dtype=np.float64), (len(ctxs),))
+        O = np.broadcast_to(np.asarray(measurements.get("overhead_ms", 0.0), dtype=np.float64), (len(ctxs),))
+    except (KeyError, TypeError, ValueError) as e:
+        raise CaddtreeError(f"cost measurements are malformed ({e}): re-run `caddtree profile`") from None
+    if ns[:2] not in ([0], [0, 1]) or np.any(np.diff(ns) <= 0) or not ctxs or np.any(np.diff(ctxs) <= 0):
+        raise CaddtreeError("cost measurements need an increasing n grid starting 0, 1 (root-only and one-node "
+                            "forwards) and an increasing ctx grid: re-run `caddtree profile`")
+    if V.shape != (len(ctxs), len(ns)) or not (np.all(np.isfinite(V)) and np.all(np.isfinite(D))
+                                               and np.all(np.isfinite(O))):
+        raise CaddtreeError(f"cost measurements: verify_ms must be finite [ctxs x ns] = [{len(ctxs)} x {len(ns)}], "
+                            f"got {list(V.shape)}: re-run `caddtree profile`")
+    grid = np.arange(ns[-1] + 1)
+    rows = np.zeros((len(ctxs), len(grid)))
+    for i in range(len(ctxs)):
+        if len(ns) > 1:
+            rows[i, 1:] = np.interp(grid[1:], ns[1:], _shape_fit(ns[1:], V[i, 1:], convex=True))
+        rows[i, 0] = min(V[i, 0], rows[i, 1]) if len(ns) > 1 else V[i, 0]
+    rows = np.maximum.accumulate(rows, axis=0)  # monotone in ℓ; a max of such curves keeps their shape
+    slope = np.zeros(len(grid))
+    if len(ctxs) > 1:
+        raw = (rows[-1] - rows[-2]) / (ctxs[-1] - ctxs[-2])  # >= 0 after the cumulative max
+        slope[0] = raw[0]
+        if len(grid) > 1:  # extrapolated curves must keep the shape: project the n >= 1 slopes on it
+            unit = max(float(raw[1:].max()), 1e-12)  # solve at O(1) scale: slopes are ~1e-2 ms/token
+            slope[1:] = np.maximum(_shape_fit(grid[1:], raw[1:] / unit, convex=True, relative=False) * unit, 0.0)
+            slope[0] = min(raw[0], slope[1])
+    mono = (lambda v: np.maximum.accumulate(_shape_fit(ctxs, v, convex=False)))
+    return CostModel(ctxs, rows, slope, mono(D), mono(O), measurements=dict(measurements),
+                     provenance=dict(provenance or {}))
+
+
+def check_cost_model(model: CostModel) -> str | None:
+    """None if the fit is non-decreasing in n and convex for n >= 1, non-decreasing in ℓ, finite; else the problem."""
+    V, s = model.verify, model.verify_slope
+    scale = _TOL * max(1.0, float(np.max(np.abs(V))) if V.size else 1.0)
+    if V.ndim != 2 or V.shape[0] != len(model.ctxs) or V.shape[1] < 1 or s.shape != (V.shape[1],) \
+            or model.draft.shape != (len(model.ctxs),) or model.overhead.shape != (len(model.ctxs),):
+        return "fit arrays have inconsistent shapes"
+    if not all(np.all(np.isfinite(a)) for a in (V, s, model.draft, model.overhead)):
+        return "fit has non-finite values"
+    if np.any(np.diff(model.ctxs) <= 0):
+        return "ctx grid is not increasing"
+    if np.any(np.diff(V, axis=1) < -scale) or np.any(np.diff(V[:, 1:], n=2, axis=1) < -scale):
+        return "verify cost is not convex non-decreasing in n"
+    if np.any(np.diff(V, axis=0) < -scale) or np.any(s < -scale) or np.any(np.diff(s) < -scale) \
+            or np.any(np.diff(s[1:], n=2) < -scale):
+        return "verify cost is not non-decreasing in context length (or its extrapolation is not convex)"
+    if np.any(np.diff(model.draft) < -scale) or np.any(np.diff(model.overhead) < -scale):
+        return "draft/overhead cost is not non-decreasing in context length"
+    return None
+
+
+# ------------------------------------------------------------------------------------------------------------- JSON
+
+def save_cost_model(model: CostModel, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"format": FORMAT, "provenance": model.provenance, "measurements": model.measurements,
+           "fit": {"ctxs": model.ctxs, "verify_ms": model.verify.tolist(), "verify_slope_ms_per_token":
+                   model.verify_slope.tolist(), "draft_ms": model.draft.tolist(),
+                   "overhead_ms": model.overhead.tolist()}}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=_jsonable))
+    tmp.replace(path)  # atomic: an interrupted save never leaves a corrupt profile behind
+    return path
+
+
+def _jsonable(o):
+    if isinstance(o, np.ndarray) or hasattr(o, "tolist"):
+        return o.tolist()
+    return str(o)
+
+
+def load_cost_model(path, target_fingerprint: str | None = None, drafter_id: str | None = None) -> CostModel:
+    """Load a saved profile; CaddtreeError (one line: problem + fix) if it is missing, corrupt, of another format
+    version, made for another target/drafter, or its fit is not convex/monotone."""
+    path = Path(path)
+    redo = f"delete {path} and re-run `caddtree profile`"
+    if not path.is_file():
+        raise CaddtreeError(f"no cost profile at {path}: run `caddtree profile` (or let the first run profile)")
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CaddtreeError(f"cost profile {path} is corrupt ({type(e).__name__}): {redo}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise CaddtreeError(f"cost profile {path} has format {got!r}, expected {FORMAT!r}: {redo}")
+    prov = doc.get("provenance") or {}
+    for key, want in (("target_fingerprint", target_fingerprint), ("drafter_id", drafter_id)):
+        if want is not None and prov.get(key) != want:
+            raise CaddtreeError(f"cost profile {path} was made for {key.split('_')[0]} {prov.get(key)!r}, not "
+                                f"{want!r}: profile this target/drafter (`caddtree profile`) or pass its own profile")
+    try:
+        fit = doc["fit"]
+        model = CostModel(fit["ctxs"], fit["verify_ms"], fit["verify_slope_ms_per_token"], fit["draft_ms"],
+                          fit["overhead_ms"], measurements=doc.get("measurements") or {}, provenance=prov)
+    except (KeyError, TypeError, ValueError) as e:
+        raise CaddtreeError(f"cost profile {path} is corrupt (bad fit: {type(e).__name__} {e}): {redo}") from None
+    problem = check_cost_model(model)
+    if problem:
+        raise CaddtreeError(f"cost profile {path} is invalid ({problem}): {redo}")
+    return model
+
+
+def default_cost_path(target_fingerprint: str, drafter_id: str, device: str) -> Path:
+    """Per-user cache path of the profile of (target, drafter, device); names are sanitised for the filesystem."""
+    from caddtree.target import cache_dir
+    safe = lambda s: re.sub(r"[^A-Za-z0-9._-]+", "_", str(s))[:80]  # noqa: E731
+    return cache_dir() / "profiles" / f"{safe(target_fingerprint)}__{safe(drafter_id)}__{safe(device)}.json"
+
+
+# ------------------------------------------------------------------------------------------------------------- plot
+
+def plot_cost_model(model: CostModel, path, max_curves: int = 6) -> Path:
+    """PNG: measured C_v points and the fitted curve vs n for several ctx (left), C_d and overhead vs ctx (right)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    m = model.measurements
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    picks = sorted(set(np.linspace(0, len(model.ctxs) - 1, min(max_curves, len(model.ctxs))).round().astype(int)))
+    grid = np.arange(model.max_nodes + 1)
+    for k, i in enumerate(picks):
+        color = f"C{k}"
+        ax.plot(grid, model.verify[i], "-", color=color, label=f"fit ℓ={model.ctxs[i]}")
+        if "verify_ms" in m and i < len(m["verify_ms"]):
+            ax.plot(m["ns"], m["verify_ms"][i], "o", color=color, ms=4)
+    ax.set(xlabel="tree nodes n (forward runs n+1 tokens)", ylabel="C_v(n; ℓ) ms", title="verify cost: points=measured")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    ax2.plot(model.ctxs, model.draft, "-", color="C0", label="C_d fit")
+    ax2.plot(model.ctxs, model.overhead, "-", color="C1", label="overhead fit")
+    if "draft_ms" in m:
+        ax2.plot(m["ctxs"], np.broadcast_to(m["draft_ms"], (len(m["ctxs"]),)), "o", color="C0", ms=4)
+    if "overhead_ms" in m:
+        ax2.plot(m["ctxs"], np.broadcast_to(m["overhead_ms"], (len(m["ctxs"]),)), "o", color="C1", ms=4)
+    ax2.set(xlabel="context length ℓ", ylabel="ms", title="per-round draft cost and overhead")
+    ax2.legend(fontsize=8)
+    ax2.grid(alpha=0.3)
+    prov = model.provenance
+    fig.suptitle(f"{prov.get('target_fingerprint', '?')} / {prov.get('drafter_id', '?')} on "
+                 f"{prov.get('cpu', prov.get('device', '?'))}, {prov.get('torch_threads', '?')} threads", fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,341 @@
+"""DFlash-style block-diffusion drafter (Llama family): model, inference wrapper with a context cache, save/load.
+
+One forward drafts a block [root, MASK x (B-1)] at absolute positions ℓ..ℓ+B-1 (root = last committed token, at ℓ) and
+returns B-1 per-position distributions. Context = target hidden states of m target layers at positions < ℓ, fused
+once per token by Linear(m*H -> H) + RMSNorm, and injected as extra keys/values in every draft layer through that
+layer's own k/v projections. Queries come from the block only; the block attends to itself bidirectionally.
+Embedding and LM head are the target's (frozen, shared, never saved); the mask embedding is the drafter's own vector,
+not a token id, so no real output token can be mistaken for it.
+
+Shapes: H hidden, h heads, g KV heads, d head dim, A blocks, B block size, C context tokens, F = m*H_target.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from caddtree.drafter import Drafter
+from caddtree.errors import CaddtreeError
+
+NEG = -1e9  # additive mask value (finite: a fully masked row cannot occur, but -inf would turn it into NaN)
+
+
+def default_target_layers(n_layers: int, m: int = 3) -> list[int]:
+    """DFlash's evenly spaced target layer ids: round(1 + i*(N-4)/(m-1)), i < m (N=30, m=3 -> [1, 14, 27])."""
+    if m == 1:
+        return [n_layers - 2]
+    return [int(math.floor(1 + i * (n_layers - 4) / (m - 1) + 0.5)) for i in range(m)]
+
+
+@dataclass
+class DFlashConfig:
+    hidden_size: int = 576
+    intermediate_size: int = 1536
+    num_layers: int = 1
+    num_heads: int = 9
+    num_kv_heads: int = 3
+    head_dim: int = 64
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 100000.0
+    vocab_size: int = 49152
+    block_size: int = 8
+    target_layers: list[int] = field(default_factory=lambda: [1, 14, 27])
+    target_name: str = ""
+    target_fingerprint: str = ""
+    target_hidden_size: int = 576
+    target_num_layers: int = 30
+    draft_vocab_size: int = 0  # K > 0: the LM head is restricted to K frequent target tokens (`vocab_map`), 0 = all
+
+    @classmethod
+    def for_target(cls, target, num_layers: int = 1, block_size: int = 8, m: int = 3,
+                   draft_vocab_size: int = 0) -> "DFlashConfig":
+        c = target.config
+        rope = getattr(c, "rope_parameters", None) or {}
+        theta = rope.get("rope_theta", getattr(c, "rope_theta", 10000.0))
+        heads = c.num_attention_heads
+        return cls(hidden_size=c.hidden_size, intermediate_size=c.intermediate_size, num_layers=num_layers,
+                   num_heads=heads, num_kv_heads=getattr(c, "num_key_value_heads", heads),
+                   head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads, rms_norm_eps=c.rms_norm_eps,
+                   rope_theta=float(theta), vocab_size=target.vocab_size, block_size=block_size,
+                   target_layers=default_target_layers(c.num_hidden_layers, m), target_name=target.name,
+                   target_fingerprint=target.fingerprint, target_hidden_size=c.hidden_size,
+                   target_num_layers=c.num_hidden_layers, draft_vocab_size=draft_vocab_size)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps, self.weight = eps, nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
+    """x [..., n, d], pos [n] long -> x rotated at absolute positions (HF Llama rotate-half convention)."""
+    d = x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))  # [d/2]
+    ang = pos.to(torch.float32)[:, None] * inv[None]  # [n, d/2]
+    cos, sin = torch.cat([ang.cos(), ang.cos()], -1).to(x.dtype), torch.cat([ang.sin(), ang.sin()], -1).to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+class Layer(nn.Module):
+    """Llama decoder layer whose attention also sees the context K/V; same parameter names as HF LlamaDecoderLayer."""
+
+    def __init__(self, c: DFlashConfig):
+        super().__init__()
+        self.c = c
+        H, h, g, d = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim
+        self.input_layernorm = RMSNorm(H, c.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(H, c.rms_norm_eps)
+        self.q_proj, self.o_proj = nn.Linear(H, h * d, bias=False), nn.Linear(h * d, H, bias=False)
+        self.k_proj, self.v_proj = nn.Linear(H, g * d, bias=False), nn.Linear(H, g * d, bias=False)
+        self.gate_proj = nn.Linear(H, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(H, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, H, bias=False)
+
+    def context_kv(self, ctx: torch.Tensor, pos: torch.Tensor):
+        """ctx [C, H] fused context, pos [C] -> k, v [g, C, d] (k rotated)."""
+        g, d = self.c.num_kv_heads, self.c.head_dim
+        k = self.k_proj(ctx).view(-1, g, d).transpose(0, 1)
+        v = self.v_proj(ctx).view(-1, g, d).transpose(0, 1)
+        return rope(k, pos, self.c.rope_theta), v
+
+    def forward(self, x, pos, k_ctx, v_ctx, ctx_mask=None):
+        """x [A, B, H] block hidden, pos [A, B], k_ctx/v_ctx [g, C, d], ctx_mask [A, C] additive or None -> [A, B, H]."""
+        c = self.c
+        A, B, _ = x.shape
+        h, g, d = c.num_heads, c.num_kv_heads, c.head_dim
+        xn = self.input_layernorm(x)
+        flat = pos.reshape(-1)
+        q = rope(self.q_proj(xn).view(A * B, h, d).transpose(0, 1), flat, c.rope_theta).view(h, A, B, d)
+        kb = rope(self.k_proj(xn).view(A * B, g, d).transpose(0, 1), flat, c.rope_theta).view(g, A, B, d)
+        vb = self.v_proj(xn).view(A * B, g, d).transpose(0, 1).view(g, A, B, d)
+        r = h // g  # GQA: query head i uses KV head i // r
+        kb, vb = kb.repeat_interleave(r, 0), vb.repeat_interleave(r, 0)  # [h, A, B, d]
+        kc, vc = k_ctx.repeat_interleave(r, 0), v_ctx.repeat_interleave(r, 0)  # [h, C, d]
+        scale = d ** -0.5
+        s_ctx = torch.matmul(q.reshape(h, A * B, d), kc.transpose(1, 2)).view(h, A, B, -1) * scale  # [h, A, B, C]
+        if ctx_mask is not None:
+            s_ctx = s_ctx + ctx_mask[None, :, None, :]
+        s_blk = torch.matmul(q, kb.transpose(-1, -2)) * scale  # [h, A, B, B]: bidirectional inside its own block only
+        p = torch.softmax(torch.cat([s_ctx, s_blk], -1), -1)
+        C = s_ctx.shape[-1]
+        o = torch.matmul(p[..., :C].reshape(h, A * B, C), vc).view(h, A, B, d) + torch.matmul(p[..., C:], vb)
+        x = x + self.o_proj(o.permute(1, 2, 0, 3).reshape(A, B, h * d))
+        xn = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(xn)) * self.up_proj(xn))
+
+
+class DFlashModel(nn.Module):
+    """The drafter's own weights. The target's embedding/LM head are bound with `bind` and never saved."""
+
+    def __init__(self, c: DFlashConfig):
+        super().__init__()
+        self.c = c
+        self.fc = nn.Linear(len(c.target_layers) * c.target_hidden_size, c.hidden_size, bias=False)
+        self.hidden_norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.layers = nn.ModuleList(Layer(c) for _ in range(c.num_layers))
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.mask_embedding = nn.Parameter(torch.zeros(c.hidden_size))
+        if c.draft_vocab_size:  # draft token j is target token vocab_map[j] (saved with the drafter)
+            self.register_buffer("vocab_map", torch.arange(c.draft_vocab_size))
+        self._shared = {}  # "embed": [V, H], "head": [K or V, H]: the target's frozen tensors (not parameters here)
+
+    def bind(self, target) -> "DFlashModel":
+        """Attach the target's embedding and LM head (call again after loading or changing `vocab_map`)."""
+        head = target.model.get_output_embeddings().weight.detach()
+        if self.c.draft_vocab_size:
+            head = head[self.vocab_map.to(head.device)]
+        self._shared = {"embed": target.model.get_input_embeddings().weight.detach(), "head": head}
+        return self
+
+    def set_vocab(self, token_ids: torch.Tensor, target) -> None:
+        """Restrict the drafter's output to `token_ids` [K] (e.g. the K most frequent response tokens)."""
+        self.vocab_map.copy_(token_ids.to(self.vocab_map))
+        self.bind(target)
+
+    def label_index(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Target token ids -> draft vocabulary index, -1 where the token is outside it."""
+        if not self.c.draft_vocab_size:
+            return tokens
+        inv = torch.full((self.c.vocab_size,), -1, dtype=torch.long, device=tokens.device)
+        inv[self.vocab_map.to(tokens.device)] = torch.arange(self.c.draft_vocab_size, device=tokens.device)
+        return inv[tokens]
+
+    def init_from_target(self, target) -> None:
+        """Start from the target's last layers and final norm (same family), and the mean embedding as mask."""
+        tl = target.model.model.layers
+        for i, layer in enumerate(self.layers):
+            src = tl[len(tl) - len(self.layers) + i]
+            sd = {k.replace("self_attn.", "").replace("mlp.", ""): v for k, v in src.state_dict().items()}
+            layer.load_state_dict(sd, strict=False)
+        self.norm.weight.data.copy_(target.model.model.norm.weight.data)
+        with torch.no_grad():
+            self.mask_embedding.copy_(self._shared["embed"].mean(0))
+
+    def fuse(self, feats: torch.Tensor) -> torch.Tensor:
+        """feats [C, F] target features -> [C, H] context, computed once per token."""
+        return self.hidden_norm(self.fc(feats.to(self.fc.weight.dtype)))
+
+    def block_hidden(self, roots, pos, kv_ctx, ctx_mask=None):
+        """roots [A] root token ids, pos [A, B] positions, kv_ctx per layer (k, v) [g, C, d] -> [A, B, H] normed."""
+        A, B = pos.shape
+        emb = self._shared["embed"]
+        x = torch.cat([emb[roots][:, None].to(self.mask_embedding.dtype),
+                       self.mask_embedding.expand(A, B - 1, -1)], 1)  # [A, B, H]
+        for layer, (k, v) in zip(self.layers, kv_ctx):
+            x = layer(x, pos, k, v, ctx_mask)
+        return self.norm(x)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(h, self._shared["head"].to(h.dtype))  # [..., K or V]
+
+    def full_log_probs(self, logits: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        """[L, K or V] logits -> [L, V] log-probs over the target vocabulary (mass eps on tokens outside K)."""
+        lp = torch.log_softmax(logits.float(), -1)
+        if not self.c.draft_vocab_size:
+            return lp
+        V, K = self.c.vocab_size, self.c.draft_vocab_size
+        out = torch.full((lp.shape[0], V), math.log(eps / max(1, V - K)), device=lp.device)
+        out[:, self.vocab_map.to(lp.device)] = lp + math.log1p(-eps)
+        return out
+
+    def train_forward(self, tokens, feats, anchors):
+        """Training on one sequence: tokens [T], feats [T, F], anchors [A] (root positions) -> logits [A, B-1, V].
+
+        Block a sits at positions anchor..anchor+B-1 and sees context positions < anchor only (block isolation is
+        structural: a block's keys are its own B tokens plus the shared context)."""
+        B = self.c.block_size
+        C = int(anchors.max())  # context positions 0..C-1 suffice for every block
+        ctx = self.fuse(feats[:C])  # [C, H]
+        cpos = torch.arange(C, device=tokens.device)
+        ctx_mask = torch.zeros(len(anchors), C, device=tokens.device, dtype=ctx.dtype)
+        ctx_mask.masked_fill_(cpos[None] >= anchors[:, None], NEG)  # [A, C]
+        kv = [layer.context_kv(ctx, cpos) for layer in self.layers]
+        pos = anchors[:, None] + torch.arange(B, device=tokens.device)[None]  # [A, B]
+        h = self.block_hidden(tokens[anchors], pos, kv, ctx_mask)
+        return self.logits(h[:, 1:])  # [A, B-1, V]
+
+
+def dflash_loss(logits, tokens, anchors, gamma: float, labels_of=None):
+    """logits [A, B-1, V]; position k (1..B-1) predicts tokens[anchor+k], weight exp(-(k-1)/gamma), normalised.
+
+    labels_of maps target token ids to logit columns (-1: outside a reduced draft vocabulary, not trained on).
+    Returns (loss, correct [B-1] counts, valid [B-1] counts); accuracy counts out-of-vocabulary labels as misses."""
+    A, L, V = logits.shape
+    idx = anchors[:, None] + torch.arange(1, L + 1, device=tokens.device)[None]  # [A, L]
+    valid = idx < tokens.shape[0]
+    labels = tokens[idx.clamp(max=tokens.shape[0] - 1)]
+    if labels_of is not None:
+        labels = labels_of(labels)
+    counted = valid.clone()
+    valid = valid & (labels >= 0)
+    labels = labels.clamp(min=0)
+    w = torch.exp(-torch.arange(L, device=logits.device, dtype=logits.dtype) / gamma)[None].expand(A, L) * valid
+    ce = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1), reduction="none").view(A, L)
+    loss = (ce * w).sum() / w.sum().clamp(min=1e-6)
+    with torch.no_grad():
+        correct = ((logits.argmax(-1) == labels) & valid).sum(0)
+    return loss, correct, counted.sum(0)
+
+
+class DFlashDrafter(Drafter):
+    """Inference wrapper: keeps the projected context K/V of every draft layer; each round only the new tokens'
+    features are fused and projected."""
+
+    def __init__(self, model: DFlashModel):
+        self.model = model.eval()
+        self.c = model.c
+        self.target_layers = list(self.c.target_layers)
+        self.num_positions = self.c.block_size - 1
+        self.reset(None)
+
+    def reset(self, prompt_ids=None) -> None:
+        self.kv = None  # per layer (k, v) [g, C, d]
+        self.ctx_len = 0
+
+    @torch.inference_mode()
+    def extend(self, features: torch.Tensor) -> None:
+        """Add the features [k, F] of the next k context positions to the cache."""
+        m = self.model
+        dev = m.fc.weight.device
+        features = features.to(dev)
+        if features.shape[0] == 0:
+            return
+        pos = torch.arange(self.ctx_len, self.ctx_len + features.shape[0], device=dev)
+        new = [layer.context_kv(m.fuse(features), pos) for layer in m.layers]
+        self.kv = new if self.kv is None else [(torch.cat([k0, k1], 1), torch.cat([v0, v1], 1))
+                                               for (k0, v0), (k1, v1) in zip(self.kv, new)]
+        self.ctx_len += features.shape[0]
+
+    @torch.inference_mode()
+    def propose(self, tokens: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
+        """tokens [ℓ+1] (last = root at position ℓ), features [k, F] of positions ℓ-k..ℓ-1 -> log_probs [B-1, V]."""
+        m = self.model
+        ell = tokens.shape[0] - 1
+        if features is not None:
+            self.extend(features)
+        if self.ctx_len != ell:
+            raise CaddtreeError(f"drafter context has {self.ctx_len} positions but the root is at {ell}: pass the "
+                                f"features of every committed token exactly once (call reset() per generation)")
+        dev = m.fc.weight.device
+        kv = self.kv or [(torch.zeros(self.c.num_kv_heads, 0, self.c.head_dim, device=dev),) * 2] * len(m.layers)
+        pos = torch.arange(ell, ell + self.c.block_size, device=dev)[None]  # [1, B]
+        h = m.block_hidden(tokens[-1:].to(dev), pos, kv)  # [1, B, H]
+        return m.full_log_probs(m.logits(h[0, 1:]))  # [B-1, V]
+
+
+# ----------------------------------------------------------------------------------------------------- save / load
+def save_drafter(model: DFlashModel, path) -> None:
+    from safetensors.torch import save_file
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    sd = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    tmp = path / "model.safetensors.tmp"
+    save_file(sd, str(tmp), metadata={"format": "pt"})
+    os.chmod(tmp, 0o644)
+    tmp.replace(path / "model.safetensors")
+    (path / "config.json").write_text(json.dumps({"model_type": "caddtree-dflash", **asdict(model.c)}, indent=1))
+
+
+def check_target(c: DFlashConfig, target, where: str = "drafter") -> None:
+    tc = target.config
+    problems = []
+    if c.target_hidden_size != tc.hidden_size:
+        problems.append(f"hidden size {c.target_hidden_size} != target's {tc.hidden_size}")
+    if c.vocab_size != target.vocab_size:
+        problems.append(f"vocabulary {c.vocab_size} != target's {target.vocab_size}")
+    if c.target_num_layers != tc.num_hidden_layers:
+        problems.append(f"layer count {c.target_num_layers} != target's {tc.num_hidden_layers}")
+    if not problems and c.target_fingerprint and target.fingerprint and c.target_fingerprint != target.fingerprint:
+        problems.append(f"target fingerprint {c.target_fingerprint} != {target.fingerprint}")
+    if problems:
+        raise CaddtreeError(f"{where} was trained for target '{c.target_name}' and does not fit '{target.name}' "
+                            f"({'; '.join(problems)}): use a drafter trained for this target "
+                            f"(`caddtree train-drafter --target {target.name}`) or pass --drafter none")
+
+
+def load_drafter(path, target, device=None) -> DFlashDrafter:
+    from safetensors.torch import load_file
+    path = Path(path)
+    if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
+        raise CaddtreeError(f"{path} is not a DFlash drafter directory (needs config.json and model.safetensors)")
+    raw = json.loads((path / "config.json").read_text())
+    if raw.pop("model_type", "caddtree-dflash") != "caddtree-dflash":
+        raise CaddtreeError(f"{path}/config.json is not a caddtree DFlash drafter config")
+    c = DFlashConfig(**raw)
+    check_target(c, target, where=f"drafter {path}")
+    model = DFlashModel(c)
+    model.load_state_dict(load_file(str(path / "model.safetensors")))
+    model.to(device or target.device).bind(target)  # bind after loading: the head follows the saved vocab_map
+    return DFlashDrafter(model)

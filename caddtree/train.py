@@ -1,0 +1,512 @@
+"""Training pipeline for the DFlash drafter: data generation, training loop, evaluation (τ of a linear block).
+
+Data = the target's own greedy responses (chat template) to training prompts, stored tokenised in shards together with
+the target features of every token (captured from the same `generate` call, so no second feature pass is needed).
+Never the evaluation sets: GSM8K test, MATH-500, HumanEval, MBPP 11-510, MT-Bench, AlpacaEval are eval-only.
+
+    caddtree train-drafter --stage data  --out runs/dflash   # appends shards, resumes where it stopped
+    caddtree train-drafter --stage train --out runs/dflash   # resumes from runs/dflash/ckpt.pt if present
+    caddtree eval-drafter --drafter drafters/smollm2-135m-instruct-dflash
+"""
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import math
+import os
+import random
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from caddtree.errors import CaddtreeError
+
+
+# ----------------------------------------------------------------------------------------------------- prompt data
+def data_dir(arg: str | None = None) -> Path:
+    if arg:
+        d = Path(arg)
+    elif os.environ.get("CADDTREE_DATA"):
+        d = Path(os.environ["CADDTREE_DATA"])
+    else:
+        d = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+        if not d.is_dir():
+            d = Path.cwd().parent / "shared" / "data"
+    if not d.is_dir():
+        raise CaddtreeError(f"data directory not found: {d} (pass --data-dir or set CADDTREE_DATA)")
+    return d
+
+
+def _jsonl(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _instr(r: dict) -> str:
+    extra = (r.get("input") or "").strip()
+    return r["instruction"].strip() + ("\n\n" + extra if extra else "")
+
+
+def train_prompts(ddir: Path, seed: int = 0) -> list[tuple[str, str]]:
+    """(source, prompt) pairs from the training sets only, shuffled with a fixed seed (any prefix is a fair mix)."""
+    out = []
+    out += [("gsm8k", r["question"]) for r in _jsonl(ddir / "gsm8k/train.jsonl")]
+    for name, rel in (("codegen", "gpteacher/Codegen/codegen-instruct.json"),
+                      ("roleplay", "gpteacher/Roleplay/roleplay-simple-deduped-roleplay-instruct.json"),
+                      ("alpaca", "alpaca/alpaca_data_cleaned_1000.json"),
+                      ("codealpaca", "codealpaca/code_alpaca_2k.json")):
+        out += [(name, _instr(r)) for r in json.loads((ddir / rel).read_text(encoding="utf-8"))]
+    for r in _jsonl(ddir / "mbpp/mbpp.jsonl"):  # MBPP train ids only: 1-10 and 511-974 (11-510 is the test split)
+        if 1 <= int(r["task_id"]) <= 10 or 511 <= int(r["task_id"]) <= 974:
+            out.append(("mbpp", r["text"].strip() + "\nYour code should pass this test:\n" + r["test_list"][0]))
+    random.Random(seed).shuffle(out)
+    return out
+
+
+def eval_prompts(ddir: Path, name: str, n: int) -> list[str]:
+    if name == "gsm8k":
+        return [r["question"] for r in _jsonl(ddir / "gsm8k/test.jsonl")[:n]]
+    if name == "math500":
+        return [r["problem"] for r in _jsonl(ddir / "math500/test.jsonl")[:n]]
+    if name == "humaneval":
+        return ["Complete the code I provided.\n\n" + r["prompt"] for r in _jsonl(ddir / "humaneval/HumanEval.jsonl.gz")[:n]]
+    if name == "mbpp":
+        rows = [r for r in _jsonl(ddir / "mbpp/mbpp.jsonl") if 11 <= int(r["task_id"]) <= 510][:n]
+        return [r["text"].strip() + "\nYour code should pass this test:\n" + r["test_list"][0] for r in rows]
+    if name == "mtbench":
+        return [r["turns"][0] for r in _jsonl(ddir / "mt_bench/question.jsonl")[:n]]
+    if name == "alpacaeval":
+        return [r["instruction"] for r in json.loads((ddir / "alpaca_eval/text_davinci_003/model_outputs.json")
+                                                      .read_text(encoding="utf-8"))[:n]]
+    raise CaddtreeError(f"unknown eval set '{name}' (gsm8k, math500, humaneval, mbpp, mtbench, alpacaeval)")
+
+
+# ----------------------------------------------------------------------------------------------------- shards
+def _atomic_save(obj, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _shards(out: Path) -> list[Path]:
+    return sorted(Path(p) for p in glob.glob(str(out / "data" / "shard_*.pt")))
+
+
+def generate_data(target, out: Path, ddir: Path, max_prompts: int = 100000, batch_size: int = 32,
+                  max_prompt_tokens: int = 256, max_new_tokens: int = 256, max_minutes: float = 1e9, group: int = 4,
+                  target_layers: list[int] | None = None, log=print) -> None:
+    """Greedy target responses + their target features, appended as shards `data/shard_XXXXX.pt`; resumes.
+
+    Each shard: tokens (list of int32 [T]), prompt_len (list of int), feats (list of bf16 [T, m*H]; row t = target
+    features of token t, the last row is zero: it is never used as context), sources, prompt indices.
+    """
+    from caddtree.dflash import default_target_layers
+    layers = target_layers or default_target_layers(target.config.num_hidden_layers)
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    meta_path = out / "data" / "meta.json"
+    meta = {"target": target.name, "fingerprint": target.fingerprint, "target_layers": layers,
+            "max_prompt_tokens": max_prompt_tokens, "max_new_tokens": max_new_tokens}
+    if meta_path.is_file():
+        old = json.loads(meta_path.read_text())
+        if old["fingerprint"] != target.fingerprint or old["target_layers"] != layers:
+            raise CaddtreeError(f"{out}/data was generated for another target/layers; use a fresh --out")
+    meta_path.write_text(json.dumps(meta, indent=1))
+    prompts = train_prompts(ddir)[:max_prompts]
+    done = 0
+    for s in _shards(out):
+        m = torch.load(s, weights_only=False)
+        done = max(done, m["start"] + m["count"])
+    tok = target.tokenizer
+    eos = sorted(target.eos_ids)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
+    model = target.model
+    t_start = time.time()
+    window = batch_size * group  # one shard per window; inside it, batches are grouped by source and length
+    while done < len(prompts) and (time.time() - t_start) / 60 < max_minutes:
+        chunk = prompts[done:done + window]
+        items = [(src, target.chat_ids(p).tolist()) for src, p in chunk]
+        items = sorted((x for x in items if len(x[1]) <= max_prompt_tokens), key=lambda x: (x[0], len(x[1])))
+        rec = {"tokens": [], "prompt_len": [], "feats": [], "source": [], "start": done, "count": len(chunk)}
+        t0, n_new, n_steps = time.time(), 0, 0
+        for i in range(0, len(items), batch_size):
+            batch = items[i:i + batch_size]
+            P = max(len(x) for _, x in batch)
+            inp = torch.full((len(batch), P), pad, dtype=torch.long)
+            att = torch.zeros((len(batch), P), dtype=torch.long)
+            for b, (_, x) in enumerate(batch):  # left padding
+                inp[b, P - len(x):] = torch.tensor(x)
+                att[b, P - len(x):] = 1
+            with torch.inference_mode():
+                g = model.generate(input_ids=inp, attention_mask=att, max_new_tokens=max_new_tokens, do_sample=False,
+                                   output_hidden_states=True, return_dict_in_generate=True, pad_token_id=pad,
+                                   eos_token_id=eos)
+            seqs = g.sequences  # [b, P + S]
+            n_steps += seqs.shape[1] - P
+            # hidden_states: step 0 -> tuple(layers + 1) of [b, P, H]; step s > 0 -> [b, 1, H] (token fed at step s)
+            feats_all = torch.cat([torch.cat([h[k + 1] for k in layers], dim=-1) for h in g.hidden_states], dim=1)
+            del g  # feats_all [b, P + S - 1, m*H]
+            for b, (src, x) in enumerate(batch):
+                resp = seqs[b, P:].tolist()
+                cut = next((j + 1 for j, t in enumerate(resp) if t in eos), len(resp))  # keep the EOS token
+                resp = resp[:cut]
+                n_new += len(resp)
+                T = len(x) + len(resp)
+                f = torch.zeros(T, feats_all.shape[-1], dtype=torch.bfloat16)
+                f[:T - 1] = feats_all[b, P - len(x):P - len(x) + T - 1].to(torch.bfloat16)
+                rec["tokens"].append(torch.tensor(x + resp, dtype=torch.int32))
+                rec["prompt_len"].append(len(x))
+                rec["feats"].append(f)
+                rec["source"].append(src)
+        dt = time.time() - t0
+        k = len(_shards(out))
+        _atomic_save(rec, out / "data" / f"shard_{k:05d}.pt")
+        done += len(chunk)
+        log(json.dumps({"event": "data", "shard": k, "prompts_done": done, "seqs": len(items), "new_tokens": n_new,
+                        "gen_steps": n_steps, "sec": round(dt, 1), "tok_s": round(n_new / dt, 1),
+                        "time": time.strftime("%H:%M:%S")}))
+
+
+def load_data(out: Path) -> list[tuple[torch.Tensor, int, torch.Tensor]]:
+    """All shards -> list of (tokens int64 [T], prompt_len, feats bf16 [T, F])."""
+    seqs = []
+    for s in _shards(out):
+        m = torch.load(s, weights_only=False)
+        seqs += [(t.long(), p, f) for t, p, f in zip(m["tokens"], m["prompt_len"], m["feats"])]
+    return seqs
+
+
+# ----------------------------------------------------------------------------------------------------- CLI
+def _log_to(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+        with open(path, "a") as f:
+            f.write(line + "\n")
+    return log
+
+
+def add_train_parser(subparsers) -> None:
+    p = subparsers.add_parser("train-drafter", help="generate training data and/or train a DFlash drafter")
+    p.add_argument("--target", default=None, help="target model (default: the built-in SmolLM2-135M-Instruct)")
+    p.add_argument("--stage", choices=["data", "train", "all"], default="all")
+    p.add_argument("--out", default="runs/dflash", help="work dir: data shards, checkpoints, logs")
+    p.add_argument("--data-dir", default=None, help="prompt data (default: $CADDTREE_DATA or ../shared/data)")
+    p.add_argument("--max-minutes", type=float, default=60.0, help="wall-clock budget of each stage")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (1 when the cores are shared)")
+    # data
+    p.add_argument("--max-prompts", type=int, default=100000)
+    p.add_argument("--gen-batch", type=int, default=32)
+    p.add_argument("--max-prompt-tokens", type=int, default=256)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    # model
+    p.add_argument("--block-size", type=int, default=8)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--num-target-layers", type=int, default=3, help="m: target layers read as context")
+    p.add_argument("--draft-vocab", type=int, default=8192,
+                   help="K most frequent response tokens the drafter predicts (0 = the full target vocabulary)")
+    # optimisation
+    p.add_argument("--steps", type=int, default=100000, help="max optimizer steps (the cosine schedule length)")
+    p.add_argument("--lr", type=float, default=6e-4)
+    p.add_argument("--warmup", type=float, default=0.04, help="warm-up fraction of --steps")
+    p.add_argument("--anchors", type=int, default=64, help="blocks per sequence per step")
+    p.add_argument("--seqs-per-step", type=int, default=4)
+    p.add_argument("--max-seq", type=int, default=512, help="sequence cap (tokens) in training")
+    p.add_argument("--gamma", type=float, default=None, help="loss decay (default 4 for B=8, 7 for B=16)")
+    p.add_argument("--ckpt-minutes", type=float, default=5.0)
+    p.add_argument("--export", default=None, help="after training, export the drafter to this directory")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_train)
+
+
+def add_eval_parser(subparsers) -> None:
+    p = subparsers.add_parser("eval-drafter", help="acceptance length τ of a drafter's linear block")
+    p.add_argument("--drafter", required=True, help="exported drafter dir, or a training checkpoint (.pt)")
+    p.add_argument("--target", default=None)
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--datasets", default="gsm8k,math500,humaneval")
+    p.add_argument("--n", type=int, default=10, help="prompts per dataset")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", default=None, help="append the result as one JSON line to this file")
+    p.set_defaults(func=cmd_eval)
+
+
+# ----------------------------------------------------------------------------------------------------- training
+def _lr(step: int, total: int, peak: float, warmup: float) -> float:
+    w = max(1, int(warmup * total))
+    if step <= w:
+        return peak * step / w
+    t = min(1.0, (step - w) / max(1, total - w))
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))  # cosine down to 10% of the peak
+
+
+def train_drafter(target, out, args, log=print):
+    """Train (or resume) a DFlash drafter on the shards in `out/data`; checkpoints to `out/ckpt.pt` atomically and
+    snapshots the drafter to `out/snapshots/step_N/` at each checkpoint (for the τ-vs-tokens curve)."""
+    from caddtree.dflash import DFlashConfig, DFlashModel, dflash_loss, save_drafter
+    out = Path(out)
+    t_begin = time.time()
+    ckpt_path = out / "ckpt.pt"
+    ck = torch.load(ckpt_path, weights_only=False) if ckpt_path.is_file() else None
+    if ck:
+        c = DFlashConfig(**ck["config"])
+        model = DFlashModel(c)
+        model.load_state_dict(ck["model"])
+        model.bind(target)
+    seqs = [(t[:args.max_seq], p, f[:args.max_seq]) for t, p, f in load_data(out)]
+    seqs = [x for x in seqs if x[0].shape[0] - x[1] >= 2]
+    if not seqs:
+        raise CaddtreeError(f"no training data in {out}/data: run `caddtree train-drafter --stage data --out {out}`")
+    if not ck:
+        K = getattr(args, "draft_vocab", 0)
+        c = DFlashConfig.for_target(target, num_layers=args.layers, block_size=args.block_size,
+                                    m=args.num_target_layers, draft_vocab_size=K)
+        torch.manual_seed(args.seed)
+        model = DFlashModel(c).bind(target)
+        if K:  # the K most frequent response tokens of the training data (EOS always in)
+            counts = torch.zeros(c.vocab_size)
+            for t, p, _ in seqs:
+                counts += torch.bincount(t[p:], minlength=c.vocab_size)[:c.vocab_size].float()
+            counts[sorted(target.eos_ids)] = float("inf")
+            keep = counts.topk(K).indices.sort().values
+            cover = float(counts[keep][torch.isfinite(counts[keep])].sum() / counts[torch.isfinite(counts)].sum())
+            log(json.dumps({"event": "draft_vocab", "K": K, "response_token_coverage": round(cover, 4)}))
+            model.set_vocab(keep, target)
+        model.init_from_target(target)
+    B = c.block_size
+    gamma = args.gamma or (7.0 if B >= 16 else 4.0 if B <= 8 else 5.0)
+    if seqs[0][2].shape[1] != model.fc.in_features:
+        raise CaddtreeError(f"features in {out}/data have width {seqs[0][2].shape[1]}, the drafter expects "
+                            f"{model.fc.in_features}: regenerate the data for target layers {c.target_layers}")
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    st = {"step": 0, "epoch": 0, "ptr": 0, "blocks": 0, "query_tokens": 0, "train_sec": 0.0}
+    if ck:
+        opt.load_state_dict(ck["opt"])
+        st.update(ck["state"])
+    n_resp = sum(t.shape[0] - p for t, p, _ in seqs)
+    log(json.dumps({"event": "start", "resume_step": st["step"], "seqs": len(seqs), "response_tokens": n_resp,
+                    "total_tokens": sum(t.shape[0] for t, _, _ in seqs), "config": asdict_cfg(c), "gamma": gamma,
+                    "params": sum(p.numel() for p in model.parameters()), "time": time.strftime("%H:%M:%S")}))
+
+    def order(epoch):
+        g = torch.Generator().manual_seed(args.seed * 1000 + epoch)
+        return torch.randperm(len(seqs), generator=g).tolist()
+
+    perm = order(st["epoch"])
+    gen = torch.Generator().manual_seed(args.seed * 7919 + st["step"])
+    model.train()
+    last_ckpt = time.time()
+    log_every = getattr(args, "log_every", 10)
+    agg = {"loss": 0.0, "n": 0, "correct": torch.zeros(B - 1), "valid": torch.zeros(B - 1), "t": time.time(),
+           "blocks": 0, "q": 0}
+
+    def checkpoint():
+        st["train_sec"] += time.time() - agg.get("t_ck", t_begin)
+        agg["t_ck"] = time.time()
+        _atomic_save({"config": asdict_cfg(c), "model": model.state_dict(), "opt": opt.state_dict(), "state": st},
+                     ckpt_path)
+        save_drafter(model, out / "snapshots" / f"step_{st['step']:06d}")
+        log(json.dumps({"event": "ckpt", "step": st["step"], "time": time.strftime("%H:%M:%S")}))
+
+    while st["step"] < args.steps and (time.time() - t_begin) / 60 < args.max_minutes:
+        st["step"] += 1
+        for grp in opt.param_groups:
+            grp["lr"] = _lr(st["step"], args.steps, args.lr, args.warmup)
+        opt.zero_grad(set_to_none=True)
+        for _ in range(args.seqs_per_step):
+            if st["ptr"] >= len(perm):
+                st["epoch"], st["ptr"] = st["epoch"] + 1, 0
+                perm = order(st["epoch"])
+            toks, p, feats = seqs[perm[st["ptr"] % len(seqs)]]
+            st["ptr"] += 1
+            cand = torch.arange(p - 1, toks.shape[0] - 1)  # roots: last prompt token .. second-to-last token
+            anchors = cand[torch.randperm(len(cand), generator=gen)[:args.anchors]].sort().values
+            logits = model.train_forward(toks, feats, anchors)  # [A, B-1, V]
+            loss, correct, valid = dflash_loss(logits, toks, anchors, gamma, model.label_index)
+            (loss / args.seqs_per_step).backward()
+            agg["loss"] += loss.item()
+            agg["n"] += 1
+            agg["correct"] += correct.float()
+            agg["valid"] += valid.float()
+            agg["blocks"] += len(anchors)
+            agg["q"] += len(anchors) * B
+            st["blocks"] += len(anchors)
+            st["query_tokens"] += len(anchors) * B
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if st["step"] % log_every == 0 or st["step"] == args.steps:
+            dt = time.time() - agg["t"]
+            log(json.dumps({"event": "train", "step": st["step"], "epoch": st["epoch"],
+                            "loss": round(agg["loss"] / agg["n"], 4),
+                            "acc": [round(x, 3) for x in (agg["correct"] / agg["valid"].clamp(min=1)).tolist()],
+                            "lr": round(opt.param_groups[0]["lr"], 7), "grad_norm": round(float(gn), 3),
+                            "blocks_s": round(agg["blocks"] / dt, 1), "query_tok_s": round(agg["q"] / dt, 1),
+                            "blocks_total": st["blocks"], "time": time.strftime("%H:%M:%S")}))
+            agg.update(loss=0.0, n=0, correct=torch.zeros(B - 1), valid=torch.zeros(B - 1), t=time.time(),
+                       blocks=0, q=0)
+        if (time.time() - last_ckpt) / 60 >= args.ckpt_minutes:
+            checkpoint()
+            last_ckpt = time.time()
+    checkpoint()
+    if getattr(args, "export", None):
+        save_drafter(model, args.export)
+        log(json.dumps({"event": "export", "path": str(args.export), "step": st["step"]}))
+    return model
+
+
+def asdict_cfg(c) -> dict:
+    from dataclasses import asdict
+    return asdict(c)
+
+
+# ----------------------------------------------------------------------------------------------------- evaluation
+def greedy_references(target, prompts: list[str], layers: list[int], max_new_tokens: int = 256,
+                      batch_size: int = 10, cache_file: Path | None = None):
+    """The target's greedy responses and features: list of (tokens [T], prompt_len, feats fp32 [T, F])."""
+    if cache_file is not None and cache_file.is_file():
+        return torch.load(cache_file, weights_only=False)
+    eos = sorted(target.eos_ids)
+    pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else eos[0]
+    refs = []
+    for i in range(0, len(prompts), batch_size):
+        batch = [target.chat_ids(p).tolist() for p in prompts[i:i + batch_size]]
+        P = max(len(x) for x in batch)
+        inp = torch.full((len(batch), P), pad, dtype=torch.long)
+        att = torch.zeros((len(batch), P), dtype=torch.long)
+        for b, x in enumerate(batch):
+            inp[b, P - len(x):] = torch.tensor(x)
+            att[b, P - len(x):] = 1
+        with torch.inference_mode():
+            g = target.model.generate(input_ids=inp.to(target.device), attention_mask=att.to(target.device),
+                                      max_new_tokens=max_new_tokens, do_sample=False, output_hidden_states=True,
+                                      return_dict_in_generate=True, pad_token_id=pad, eos_token_id=eos)
+        feats_all = torch.cat([torch.cat([h[k + 1] for k in layers], -1) for h in g.hidden_states], 1).float().cpu()
+        seqs = g.sequences.cpu()
+        for b, x in enumerate(batch):
+            resp = seqs[b, P:].tolist()
+            resp = resp[:next((j + 1 for j, t in enumerate(resp) if t in eos), len(resp))]
+            T = len(x) + len(resp)
+            f = torch.zeros(T, feats_all.shape[-1])
+            f[:T - 1] = feats_all[b, P - len(x):P - len(x) + T - 1]
+            refs.append((torch.tensor(x + resp), len(x), f))
+    if cache_file is not None:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_save(refs, cache_file)
+    return refs
+
+
+def evaluate(drafter, refs) -> dict:
+    """τ (bonus counted) of a linear block: each round the drafter's argmax per position is checked against the
+    target's greedy continuation; accepted prefix + 1 bonus token are emitted. Also per-position acceptance rates
+    (P(position k accepted | k-1 accepted)) and the drafter's forward cost per round."""
+    L = drafter.num_positions
+    rounds = emitted = 0
+    reach, acc = [0] * L, [0] * L
+    times = []
+    for toks, P, feats in refs:
+        dev = drafter.model.fc.weight.device
+        toks, feats = toks.to(dev), feats.to(dev)
+        T = toks.shape[0]
+        drafter.reset(toks[:P])
+        c, prev = P - 1, 0  # c = root index
+        while c < T - 1:
+            t0 = time.perf_counter()
+            lp = drafter.propose(toks[:c + 1], feats[prev:c])
+            times.append(time.perf_counter() - t0)
+            prev = c
+            draft = lp.argmax(-1)
+            remaining = T - 1 - c
+            a = 0
+            while a < min(L, remaining) and int(draft[a]) == int(toks[c + 1 + a]):
+                reach[a] += 1
+                acc[a] += 1
+                a += 1
+            if a < min(L, remaining):
+                reach[a] += 1
+            e = min(a + 1, remaining)
+            rounds += 1
+            emitted += e
+            c += e
+    times.sort()
+    return {"tau": round(emitted / max(1, rounds), 3), "rounds": rounds, "tokens": emitted,
+            "pos_accept": [round(a / r, 3) if r else None for a, r in zip(acc, reach)],
+            "drafter_ms_median": round(1000 * times[len(times) // 2], 2) if times else None}
+
+
+def _drafter_from(path, target):
+    from caddtree.dflash import DFlashConfig, DFlashDrafter, DFlashModel, load_drafter
+    path = Path(path)
+    if path.suffix == ".pt":
+        ck = torch.load(path, weights_only=False)
+        m = DFlashModel(DFlashConfig(**ck["config"]))
+        m.load_state_dict(ck["model"])
+        return DFlashDrafter(m.bind(target))
+    return load_drafter(path, target)
+
+
+def eval_references(target, ddir, name: str, n: int, max_new_tokens: int, layers: list[int]):
+    """Greedy references for the first n prompts of an eval set, cached in the user cache (they cost minutes)."""
+    from caddtree.target import cache_dir
+    cache = cache_dir() / "eval_refs" / f"{target.fingerprint}_{name}_{n}_{max_new_tokens}_{'-'.join(map(str, layers))}.pt"
+    return greedy_references(target, eval_prompts(ddir, name, n), layers, max_new_tokens, cache_file=cache)
+
+
+def cmd_eval(args) -> dict:
+    torch.set_num_threads(args.threads)
+    target = _load_target(args.target)
+    drafter = _drafter_from(args.drafter, target)
+    ddir = data_dir(args.data_dir)
+    res = {"drafter": str(args.drafter), "n": args.n, "max_new_tokens": args.max_new_tokens}
+    for name in args.datasets.split(","):
+        refs = eval_references(target, ddir, name, args.n, args.max_new_tokens, drafter.target_layers)
+        res[name] = evaluate(drafter, refs)
+        print(json.dumps({name: res[name]}), flush=True)
+    taus = [res[n]["tau"] for n in args.datasets.split(",")]
+    res["tau_mean"] = round(sum(taus) / len(taus), 3)
+    print(json.dumps({"tau_mean": res["tau_mean"]}), flush=True)
+    if args.json:
+        with open(args.json, "a") as f:
+            f.write(json.dumps(res) + "\n")
+    return res
+
+
+def _load_target(spec):
+    from caddtree.target import DEFAULT_TARGET, load_target
+    return load_target(spec or DEFAULT_TARGET)
+
+
+def cmd_train(args) -> None:
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    log = _log_to(out / "log.jsonl")
+    target = _load_target(args.target)
+    from caddtree.dflash import default_target_layers
+    layers = default_target_layers(target.config.num_hidden_layers, args.num_target_layers)
+    if args.stage in ("data", "all"):
+        generate_data(target, out, data_dir(args.data_dir), max_prompts=args.max_prompts, batch_size=args.gen_batch,
+                      max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens,
+                      max_minutes=args.max_minutes, target_layers=layers, log=log)
+    if args.stage in ("train", "all"):
+        train_drafter(target, out, args, log=log)
+
+
+def main(argv=None) -> None:
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m caddtree.train")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    add_train_parser(sub)
+    add_eval_parser(sub)
+    args = ap.parse_args(argv)
+    try:
+        args.func(args)
+    except CaddtreeError as e:
+        raise SystemExit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    main()

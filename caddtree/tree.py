@@ -1,0 +1,89 @@
+"""DDTree: the best-first draft tree from per-position marginals, and its attention mask. Pure tensor logic.
+
+A node is a prefix (y_1..y_d) with weight Π q_i(y_i). The best tree of n nodes is the n highest-weight prefixes;
+a lazy max-heap over (parent, depth, rank-among-siblings) pops them in non-increasing weight, parents before children,
+so every prefix of the pop order is itself a valid (prefix-closed) tree. Node i of a Tree is the i-th pop.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Tree:
+    tokens: torch.Tensor   # [n] long: the node's last token
+    parents: torch.Tensor  # [n] long: parent node index, -1 = the root (last committed token)
+    depths: torch.Tensor   # [n] long: 1 = child of the root
+    log_weights: torch.Tensor  # [n] float: log Π q_i(y_i) of the node's prefix, non-increasing
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @staticmethod
+    def empty() -> "Tree":
+        none = torch.zeros(0, dtype=torch.long)
+        return Tree(none, none, none, torch.zeros(0, dtype=torch.float64))
+
+    def prefix(self, n: int) -> "Tree":
+        """The first n nodes in best-first order: the best tree of n nodes."""
+        return Tree(self.tokens[:n], self.parents[:n], self.depths[:n], self.log_weights[:n])
+
+
+def build_tree(log_probs: torch.Tensor, budget: int) -> Tree:
+    """log_probs [L, V] per-position marginals -> the best-first tree of min(budget, reachable) nodes."""
+    if budget < 1:
+        raise ValueError(f"tree budget must be >= 1, got {budget}")
+    L, V = log_probs.shape
+    k = min(budget, V)
+    top_lp, top_tok = torch.topk(log_probs.detach().cpu(), k, dim=-1)  # [L, k], sorted descending
+    top_lp, top_tok = top_lp.tolist(), top_tok.tolist()
+    tokens, parents, depths, weights = [], [], [], []
+    # heap entry: (-log_weight, tie, parent_node, depth, rank, parent_log_weight)
+    heap = [(-top_lp[0][0], 0, -1, 1, 0, 0.0)] if L > 0 else []
+    tie = 1
+    while heap and len(tokens) < budget:
+        neg_w, _, parent, depth, rank, parent_w = heapq.heappop(heap)
+        node = len(tokens)
+        tokens.append(top_tok[depth - 1][rank])
+        parents.append(parent)
+        depths.append(depth)
+        weights.append(-neg_w)
+        if rank + 1 < k:  # next sibling: same parent, next-best token at this depth
+            heapq.heappush(heap, (-(parent_w + top_lp[depth - 1][rank + 1]), tie, parent, depth, rank + 1, parent_w))
+            tie += 1
+        if depth < L:  # first child: best token at the next depth
+            heapq.heappush(heap, (-(-neg_w + top_lp[depth][0]), tie, node, depth + 1, 0, -neg_w))
+            tie += 1
+    return Tree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long),
+                torch.tensor(depths, dtype=torch.long), torch.tensor(weights, dtype=torch.float64))
+
+
+def ancestor_mask(parents: torch.Tensor) -> torch.Tensor:
+    """parents [n] -> bool [n + 1, n + 1] over [root, nodes]: True where the row may attend (itself and ancestors)."""
+    n = parents.shape[0]
+    mask = torch.zeros(n + 1, n + 1, dtype=torch.bool)
+    mask[:, 0] = True
+    mask[0, 0] = True
+    for i, p in enumerate(parents.tolist()):  # parents come before children, so their rows are complete
+        row = i + 1
+        if p >= 0:
+            mask[row] = mask[p + 1]
+        mask[row, row] = True
+    return mask
+
+
+def verify_inputs(root: int, tree: Tree, ctx: int, device=None, dtype=torch.float32):
+    """The target's verify input over [root, nodes] on top of a KV cache of `ctx` tokens.
+
+    Returns input_ids [n + 1], position_ids [n + 1] (ctx + depth) and an additive float mask [n + 1, ctx + n + 1]
+    (0 = attend, -inf = blocked): the whole past plus ancestors only. A float mask, not bool: HF eager attention
+    silently mis-reads 4-D bool masks.
+    """
+    ids = torch.cat([torch.tensor([root]), tree.tokens])
+    pos = ctx + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])
+    allowed = torch.cat([torch.ones(len(tree) + 1, ctx, dtype=torch.bool), ancestor_mask(tree.parents)], dim=1)
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, float("-inf"))
+    return ids.to(device), pos.to(device), mask.to(device)

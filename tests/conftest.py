@@ -1,0 +1,76 @@
+"""Shared fixtures: tiny randomly initialised Llama targets and test drafters (no download, fast)."""
+import pytest
+import torch
+
+from caddtree.drafter import Drafter
+from caddtree.target import Target
+
+torch.set_num_threads(2)
+
+
+def make_tiny_target(seed: int = 0, vocab: int = 64, layers: int = 2, max_pos: int = 512, eos: int | None = 1) -> Target:
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_pos,
+                      initializer_range=0.3,  # spread logits: no near-ties for argmax to flip on
+                      bos_token_id=0, eos_token_id=eos, pad_token_id=0, attn_implementation="sdpa")
+    model = LlamaForCausalLM(cfg).eval()
+    model.generation_config.eos_token_id = eos
+    return Target(model=model, tokenizer=None, name=f"tiny-{seed}", fingerprint=f"tiny-{seed}")
+
+
+@pytest.fixture
+def tiny_target():
+    return make_tiny_target()
+
+
+def reference_greedy(target: Target, prompt: torch.Tensor, max_new_tokens: int) -> list[int]:
+    """Plain greedy decoding without any cache: the ground truth every method must reproduce."""
+    seq = prompt.tolist()
+    out = []
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            tok = int(target.model(torch.tensor([seq])).logits[0, -1].argmax())
+            out.append(tok)
+            seq.append(tok)
+            if tok in target.eos_ids:
+                break
+    return out
+
+
+class RandomDrafter(Drafter):
+    """Random marginals: exercises wide, shallow trees that the target mostly rejects."""
+
+    def __init__(self, vocab: int, num_positions: int = 6, seed: int = 0, sharpness: float = 3.0):
+        self.vocab_size, self.num_positions, self.sharpness = vocab, num_positions, sharpness
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def propose(self, tokens, features):
+        return torch.log_softmax(self.sharpness * torch.randn(self.num_positions, self.vocab_size,
+                                                              generator=self.gen), dim=-1)
+
+
+class OracleDrafter(Drafter):
+    """Knows the target's greedy continuation, but hides it at a random rank now and then: deep accepted paths
+    with occasional misses, so compaction and positions are exercised at every depth."""
+
+    def __init__(self, target: Target, num_positions: int = 6, seed: int = 0, miss_rate: float = 0.25):
+        self.target, self.vocab_size, self.num_positions = target, target.vocab_size, num_positions
+        self.gen = torch.Generator().manual_seed(seed)
+        self.miss_rate = miss_rate
+        self.target_layers = [0]  # asks for features to exercise that path too
+
+    def propose(self, tokens, features):
+        assert features is not None and features.shape[0] >= 1
+        seq, lp = tokens.tolist(), []
+        with torch.no_grad():
+            for _ in range(self.num_positions):
+                logits = self.target.model(torch.tensor([seq])).logits[0, -1]
+                best = int(logits.argmax())
+                boost = torch.zeros_like(logits)
+                if torch.rand(1, generator=self.gen).item() >= self.miss_rate:
+                    boost[best] = 8.0  # usually confident and right; otherwise the greedy token is at a random rank
+                lp.append(torch.log_softmax(torch.randn(logits.shape, generator=self.gen) + boost, dim=-1))
+                seq.append(best)
+        return torch.stack(lp)

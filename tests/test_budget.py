@@ -1,0 +1,133 @@
+"""CaDDTree stop rule: the greedy first-failure stop is the brute-force argmax of θ over n, and θ is unimodal."""
+import time
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from caddtree.budget import BudgetChoice, choose_tree_size
+from caddtree.costmodel import CostModel, fit_cost_model
+from caddtree.tree import build_tree
+
+REL = 1e-9  # float round-off on θ comparisons
+
+
+def random_tree(seed: int, n_nodes: int):
+    g = torch.Generator().manual_seed(seed)
+    L = int(torch.randint(1, 9, (1,), generator=g))
+    V = int(torch.randint(2, 40, (1,), generator=g))
+    scale = float(torch.empty(1).uniform_(0.1, 8.0, generator=g))  # flat .. peaky marginals
+    lp = torch.log_softmax(torch.randn(L, V, generator=g) * scale, dim=-1)
+    return build_tree(lp, n_nodes)
+
+
+def random_cost(seed: int, n_max: int, flat_frac: float, jump: float = 0.0) -> CostModel:
+    """Random C_v over 0..n_max: convex non-decreasing (sorted non-negative increments, some exactly 0), plus an
+    extra `jump` between the plain step n = 0 and n = 1 (what the fit allows: a different kernel path)."""
+    rng = np.random.default_rng(seed)
+    inc = rng.exponential(rng.uniform(0.01, 5.0), n_max) * (rng.random(n_max) > flat_frac)
+    cv = rng.uniform(1.0, 50.0) + np.r_[0.0, np.cumsum(np.sort(inc))]
+    cv[1:] += jump * cv[0]
+    return CostModel([512], cv[None], np.zeros(n_max + 1), [rng.uniform(0.0, 10.0)], [rng.uniform(0.0, 2.0)])
+
+
+def brute_theta(log_weights, cost: CostModel, ctx: int, cap: int) -> np.ndarray:
+    """θ_n for n = 0..cap, one n at a time (independent of the vectorised code)."""
+    d = [float(np.exp(w)) for w in np.asarray(log_weights, dtype=np.float64)[:cap]]
+    base = cost.draft_ms(ctx) + cost.overhead_ms(ctx)
+    return np.array([(1.0 + sum(d[:n])) / (base + cost.verify_ms(n, ctx)) for n in range(cap + 1)])
+
+
+def assert_is_argmax(choice: BudgetChoice, theta: np.ndarray):
+    best = theta.max()
+    near = np.flatnonzero(theta >= best * (1 - REL))
+    assert near[0] <= choice.n <= near[-1], (choice.n, theta)
+    top2 = np.sort(theta)[-2:] if len(theta) > 1 else None
+    if top2 is not None and top2[1] - top2[0] > best * REL:  # a unique optimum: exactly it
+        assert choice.n == int(np.argmax(theta))
+
+
+@settings(max_examples=300, deadline=None)
+@given(tree_seed=st.integers(0, 2**31), cost_seed=st.integers(0, 2**31), n_nodes=st.integers(1, 80),
+       n_max=st.integers(1, 100), flat=st.sampled_from([0.0, 0.3, 0.9]), jump=st.sampled_from([0.0, 0.0, 0.1, 1.0]))
+def test_greedy_stop_is_bruteforce_argmax_and_theta_unimodal(tree_seed, cost_seed, n_nodes, n_max, flat, jump):
+    tree = random_tree(tree_seed, n_nodes)
+    cost = random_cost(cost_seed, n_max, flat, jump)
+    choice = choose_tree_size(tree.log_weights, cost, 512)
+    cap = min(len(tree), cost.max_nodes)
+    theta = brute_theta(tree.log_weights, cost, 512, cap)
+    assert 0 <= choice.n <= cap
+    assert_is_argmax(choice, theta)
+    # unimodal along best-first order: over all n when C_v is convex from 0, else from n = 1 on
+    th = theta if jump == 0.0 else theta[1:]
+    if len(th):
+        peak = int(np.argmax(th))
+        assert np.all(np.diff(th[:peak + 1]) >= -REL * th.max())
+        assert np.all(np.diff(th[peak:]) <= REL * th.max())
+    # the reported prediction is the chosen tree's
+    assert choice.phi == pytest.approx(tree.log_weights[:choice.n].exp().sum().item(), rel=1e-9, abs=1e-12)
+    assert choice.predicted_ms == pytest.approx(cost.round_ms(choice.n, 512), rel=1e-12)
+
+
+REF = {"ns": [0, 1, 3, 7, 15, 31, 63, 127], "ctxs": [128, 512, 2048],
+       "verify_ms": [[31, 35, 49, 58, 64, 82, 123, 190], [35, 40, 56, 67, 74, 92, 138, 209],
+                     [47, 60, 77, 93, 105, 131, 194, 307]], "draft_ms": [2.0, 2.5, 4.0], "overhead_ms": 0.5}
+
+
+@pytest.fixture(scope="module")
+def ref_model():
+    return fit_cost_model(REF)
+
+
+@settings(max_examples=60, deadline=None)
+@given(tree_seed=st.integers(0, 2**31), n_nodes=st.integers(1, 200), ctx=st.integers(1, 8192))
+def test_greedy_on_fitted_reference_profile_any_ctx(ref_model, tree_seed, n_nodes, ctx):
+    """Between, below and beyond the ctx grid the blended/extrapolated curves keep the greedy stop exact."""
+    tree = random_tree(tree_seed, n_nodes)
+    choice = choose_tree_size(tree.log_weights, ref_model, ctx)
+    assert_is_argmax(choice, brute_theta(tree.log_weights, ref_model, ctx, min(len(tree), ref_model.max_nodes)))
+
+
+def test_plateau_ties_pick_the_smallest_n():
+    # free verification and zero-weight nodes: θ is flat from n = 2 on; the cheapest (first) argmax is chosen
+    cost = CostModel([1], np.full((1, 9), 10.0), np.zeros(9), [1.0], [0.0])
+    lw = torch.tensor([np.log(0.5), np.log(0.25)] + [-np.inf] * 5, dtype=torch.float64)
+    assert choose_tree_size(lw, cost, 1).n == 2
+
+
+def test_plain_step_beats_a_tree_behind_a_jump():
+    # n = 0 costs 10, a tree 20 + 0.1 per node; weak nodes (δ = 0.01): θ_0 = 0.1 > θ_64 = 1.64 / 26.3 = 0.062,
+    # yet from n = 1 on every node pays (0.01 > θ_n * 0.1): θ is not unimodal across 0 -> 1
+    cost = CostModel([1], np.r_[10.0, 20.0 + 0.1 * np.arange(64)][None], np.zeros(65), [0.0], [0.0])
+    lw = torch.log(torch.full((64,), 0.01, dtype=torch.float64))
+    assert choose_tree_size(lw, cost, 1).n == 0
+    assert choose_tree_size(lw, cost, 1, n_min=1).n == 64
+    # worth it once the tree is good enough: δ = 0.9 -> θ_64 = 58.6 / 26.3 > 0.1
+    assert choose_tree_size(torch.log(torch.full((64,), 0.9, dtype=torch.float64)), cost, 1).n == 64
+
+
+def test_limits_n_min_n_max_and_empty():
+    cost = CostModel([1], (10.0 + np.arange(65.0) ** 2)[None], np.zeros(65), [1.0], [0.0])
+    lw = torch.zeros(300, dtype=torch.float64) - 20.0  # worthless nodes: the optimum is 0 (plain decoding)
+    assert choose_tree_size(lw, cost, 100).n == 0
+    assert choose_tree_size(lw, cost, 100, n_min=3).n == 3
+    free = CostModel([1], np.full((1, 65), 10.0), np.zeros(65), [1.0], [0.0])
+    assert choose_tree_size(lw, free, 100).n == 64  # never beyond the profiled range
+    assert choose_tree_size(lw, free, 100, n_max=7).n == 7
+    assert choose_tree_size(lw[:5], free, 100).n == 5
+    empty = choose_tree_size(torch.zeros(0, dtype=torch.float64), cost, 100)
+    assert (empty.n, empty.phi, empty.predicted_ms) == (0, 0.0, 11.0)
+    assert empty.tokens_per_s == pytest.approx(1000 / 11.0)
+
+
+def test_choice_is_fast(ref_model):
+    lp = torch.log_softmax(torch.randn(16, 1000) * 3, dim=-1)
+    lw = build_tree(lp, 256).log_weights
+    choose_tree_size(lw, ref_model, 1000)
+    times = []
+    for _ in range(200):
+        t = time.perf_counter()
+        choose_tree_size(lw, ref_model, 1000)
+        times.append(time.perf_counter() - t)
+    assert np.median(times) < 1e-3, np.median(times)

@@ -1,0 +1,209 @@
+"""Cost model: the fit convexifies measured profiles, the ctx rules keep shapes, JSON round-trips and bad files fail
+with a CaddtreeError."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from caddtree import costmodel as cmod
+from caddtree.costmodel import (FORMAT, check_cost_model, default_cost_path, fit_cost_model,
+                                load_cost_model, plot_cost_model, save_cost_model)
+from caddtree.errors import CaddtreeError
+
+# the reference table (ms of a forward with n+1 tokens, i.e. n tree nodes + root): not convex at small n
+REF = {"ns": [0, 1, 3, 7, 15, 31, 63, 127], "ctxs": [128, 512, 2048],
+       "verify_ms": [[31, 35, 49, 58, 64, 82, 123, 190], [35, 40, 56, 67, 74, 92, 138, 209],
+                     [47, 60, 77, 93, 105, 131, 194, 307]], "draft_ms": [2.0, 1.9, 4.0], "overhead_ms": [0.5, 0.6, 0.6]}
+PROV = {"target_fingerprint": "llama-abc", "drafter_id": "lookup-1", "device": "cpu"}
+
+
+def assert_shapes(v: np.ndarray, tol=1e-9):
+    """v [..., n]: non-decreasing along the last axis (integer grid), convex from n = 1 on."""
+    scale = tol * max(1.0, float(np.abs(v).max()))
+    assert np.all(np.diff(v, axis=-1) >= -scale)
+    assert np.all(np.diff(v[..., 1:], n=2, axis=-1) >= -scale)
+
+
+@pytest.fixture(scope="module")
+def ref_model():
+    return fit_cost_model(REF, PROV)
+
+
+def test_reference_profile_is_convexified(ref_model):
+    m = ref_model
+    assert m.max_nodes == 127 and m.ctxs == [128, 512, 2048]
+    assert check_cost_model(m) is None
+    assert_shapes(m.verify)
+    assert np.all(np.diff(m.verify, axis=0) >= 0)  # monotone in ℓ
+    raw = np.asarray(REF["verify_ms"], dtype=float)
+    fit = m.verify[:, REF["ns"]]
+    assert np.array_equal(fit[:, 0], raw[:, 0])  # the plain step is kept as measured
+    # as close to the data as a convex curve can be: the table is concave up to n = 15, so ~20% at worst
+    assert np.all(np.abs(fit / raw - 1) < 0.25)
+    assert np.sqrt(np.mean((fit / raw - 1) ** 2)) < 0.12
+    assert np.any(np.diff(raw[:, 1:], n=2, axis=1) < -1)  # (the data really was not convex)
+    assert np.all(np.diff(m.draft) >= 0) and m.draft[1] == pytest.approx(1.9474, abs=1e-3)  # pools 2.0/1.9
+
+
+def test_cvxpy_and_scipy_fallback_agree(monkeypatch):
+    x, y = REF["ns"], REF["verify_ms"][2]
+    a = cmod._shape_fit(x, y, convex=True)
+    monkeypatch.setitem(__import__("sys").modules, "cvxpy", None)  # import fails -> scipy path
+    b = cmod._shape_fit(x, y, convex=True)
+    assert np.allclose(a, b, rtol=1e-3)
+    # isotonic in relative error: 3 and 1 pool at (3/9 + 1/1) / (1/9 + 1/1) = 1.2
+    assert np.allclose(cmod._shape_fit([1, 2, 5], [3.0, 1.0, 4.0], convex=False), [1.2, 1.2, 4.0], rtol=1e-4)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31), n_ctx=st.integers(1, 4), noise=st.sampled_from([0.0, 0.3]))
+def test_fit_is_convex_monotone_and_exact_on_convex_data(seed, n_ctx, noise):
+    rng = np.random.default_rng(seed)
+    ns = np.unique(np.r_[0, 1, rng.integers(2, 200, size=rng.integers(0, 9))])
+    ctxs = np.sort(rng.choice(np.arange(16, 8192), size=n_ctx, replace=False))
+    true = np.stack([rng.uniform(5, 50) + rng.uniform(0, 0.5) * ns + rng.uniform(0, 0.01) * ns ** 2
+                     for _ in ctxs])
+    true[:, 0] *= rng.uniform(0.5, 1.0)  # the plain step may sit below the convex curve (no tree mask)
+    noisy = true * rng.uniform(1 - noise, 1 + noise, true.shape)  # noise breaks convexity and ℓ-monotonicity
+    meas = {"ns": ns.tolist(), "ctxs": ctxs.tolist(), "verify_ms": noisy.tolist(),
+            "draft_ms": rng.uniform(0, 5, n_ctx).tolist(), "overhead_ms": 0.3}
+    m = fit_cost_model(meas)
+    assert check_cost_model(m) is None
+    assert_shapes(m.verify)
+    assert np.all(np.diff(m.verify, axis=0) >= 0) and np.all(np.diff(m.draft) >= 0)
+    assert_shapes(m.verify_slope)
+    assert np.all(m.verify_slope >= 0)
+    if noise == 0.0 and n_ctx == 1:  # already convex and monotone: the fit is the data
+        assert np.allclose(m.verify[0, ns], true[0], rtol=1e-4)
+    # ℓ rules: blended, below-grid and extrapolated curves stay convex monotone and ordered in ℓ
+    probe = [1, int(ctxs[0]), int(ctxs[-1]) + 1, int(ctxs[-1]) * 3] + [int(c) + 7 for c in ctxs]
+    curves = np.stack([m.verify_curve(c) for c in sorted(probe)])
+    assert_shapes(curves, tol=1e-7)
+    assert np.all(np.diff(curves, axis=0) >= -1e-9)
+    assert np.allclose(m.verify_curve(1), m.verify[0])
+
+
+def test_ctx_rules_and_queries(ref_model):
+    m = ref_model
+    assert m.verify_ms(5, 320) == pytest.approx(0.5 * (m.verify[0, 5] + m.verify[1, 5]))
+    assert m.verify_ms(5, 64) == m.verify[0, 5]                                       # below: first ctx
+    slope = (m.verify[2, 5] - m.verify[1, 5]) / (2048 - 512)
+    assert m.verify_ms(5, 4096) == pytest.approx(m.verify[2, 5] + 2048 * slope, rel=0.05)  # above: extrapolate
+    assert m.draft_ms(4096) == pytest.approx(m.draft[2] + 2048 * (m.draft[2] - m.draft[1]) / 1536)
+    got = m.verify_ms(np.array([0, 3, 127]), 700)
+    assert isinstance(got, np.ndarray) and np.allclose(got, m.verify_ms(torch.tensor([0, 3, 127]), 700))
+    assert isinstance(m.verify_ms(3, 700), float)
+    assert m.round_ms(3, 700) == pytest.approx(m.draft_ms(700) + m.overhead_ms(700) + m.verify_ms(3, 700))
+    for bad in (128, -1, np.array([1, 500])):
+        with pytest.raises(CaddtreeError, match="profile covers 0..127"):
+            m.verify_ms(bad, 700)
+
+
+def test_fit_rejects_bad_measurements():
+    for ns in ([1, 2, 4, 8, 16, 32, 64, 128], [0, 2, 4, 8, 16, 32, 64, 128]):
+        with pytest.raises(CaddtreeError, match="starting 0, 1"):
+            fit_cost_model({**REF, "ns": ns})
+    with pytest.raises(CaddtreeError, match="verify_ms"):
+        fit_cost_model({**REF, "verify_ms": REF["verify_ms"][:2]})
+    with pytest.raises(CaddtreeError, match="malformed"):
+        fit_cost_model({"ns": [0, 1]})
+
+
+def test_json_round_trip(ref_model, tmp_path):
+    p = save_cost_model(ref_model, tmp_path / "sub" / "p.json")
+    assert json.loads(p.read_text())["format"] == FORMAT
+    m = load_cost_model(p, target_fingerprint="llama-abc", drafter_id="lookup-1")
+    assert m.ctxs == ref_model.ctxs and m.provenance == PROV and m.measurements == REF
+    for a in ("verify", "verify_slope", "draft", "overhead"):
+        assert np.array_equal(getattr(m, a), getattr(ref_model, a))
+    assert m.verify_ms(17, 9000) == ref_model.verify_ms(17, 9000)
+    assert load_cost_model(p).max_nodes == 127  # no identity asked: not checked
+
+
+def _edit(path, fn):
+    doc = json.loads(path.read_text())
+    fn(doc)
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("case,match", [
+    ("missing", "no cost profile"), ("corrupt", "corrupt"), ("not_dict", "format"), ("version", "format"),
+    ("target", "made for target"), ("drafter", "made for drafter"), ("concave", "not convex"),
+    ("decreasing", "not convex non-decreasing"), ("ctx_order", "context length"), ("draft_down", "draft"),
+    ("nan", "non-finite"), ("no_fit", "corrupt"), ("shape", "shapes")])
+def test_bad_files_are_rejected(ref_model, tmp_path, case, match):
+    p = save_cost_model(ref_model, tmp_path / "p.json")
+    edits = {
+        "missing": lambda: p.unlink(),
+        "corrupt": lambda: p.write_text(p.read_text()[:200]),
+        "not_dict": lambda: p.write_text("[1, 2]"),
+        "version": lambda: _edit(p, lambda d: d.update(format="caddtree-cost/0")),
+        "concave": lambda: _edit(p, lambda d: d["fit"]["verify_ms"][0].__setitem__(
+            slice(None), list(np.sqrt(np.arange(128.0)) + 30))),
+        "decreasing": lambda: _edit(p, lambda d: d["fit"]["verify_ms"][1].__setitem__(0, 1e3)),
+        "ctx_order": lambda: _edit(p, lambda d: d["fit"]["verify_ms"].reverse()),
+        "draft_down": lambda: _edit(p, lambda d: d["fit"]["draft_ms"].reverse()),
+        "nan": lambda: p.write_text(p.read_text().replace(str(ref_model.verify[0, 3]), "NaN", 1)),
+        "no_fit": lambda: _edit(p, lambda d: d.pop("fit")),
+        "shape": lambda: _edit(p, lambda d: d["fit"]["draft_ms"].pop()),
+    }
+    edits.get(case, lambda: None)()
+    kw = {"target": dict(target_fingerprint="other"), "drafter": dict(drafter_id="dflash-9")}.get(case, {})
+    with pytest.raises(CaddtreeError, match=match) as e:
+        load_cost_model(p, **kw)
+    assert "\n" not in str(e.value) and ("profile" in str(e.value))
+
+
+def test_default_path_and_plot(ref_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("CADDTREE_CACHE", str(tmp_path / "cache"))
+    p = default_cost_path("llama-abc", "dflash/x y", "cpu-t2")
+    assert p.parent == tmp_path / "cache" / "profiles" and p.suffix == ".json" and " " not in p.name
+    assert default_cost_path("llama-abc", "other", "cpu-t2") != p
+    png = plot_cost_model(ref_model, tmp_path / "fig.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny matmuls: thread barriers on a shared 2-core machine cost far more than the math."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_profile_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, capsys, one_thread):
+    """profile -> fit -> save -> load through the real engine path, on a random 2-layer Llama (seconds)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from caddtree import profile
+    from caddtree.drafter import PromptLookupDrafter
+    from caddtree.target import Target
+
+    monkeypatch.setenv("CADDTREE_CACHE", str(tmp_path))
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=101, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=256, attn_implementation="sdpa")
+    target = Target(LlamaForCausalLM(cfg).eval(), tokenizer=None, name="tiny", fingerprint="llama-tiny")
+    drafter = PromptLookupDrafter(101, num_positions=4)
+    monkeypatch.setitem(profile.PRESETS, "coarse", dict(ns=[1, 2, 8], ctxs=[16, 999], repeats=2, warmup=1))
+    m = profile.ensure_cost_model(target, drafter, progress=False)
+    assert "profiling (coarse preset)" in capsys.readouterr().err
+    assert m.measurements["ns"] == [0, 1, 2, 8] and m.max_nodes == 8
+    assert m.measurements["ctxs"][-1] == 256 - 8 - 4 * 3 - 2  # clamped so every forward fits the context window
+    assert check_cost_model(m) is None and m.provenance["target_fingerprint"] == "llama-tiny"
+    assert np.all(np.asarray(m.measurements["verify_ms"]) > 0) and np.all(np.asarray(m.measurements["draft_ms"]) > 0)
+    path = default_cost_path("llama-tiny", profile.drafter_id(drafter), profile.device_label(target))
+    assert path.is_file() and path.with_suffix(".png").is_file() and target.hidden_layers == []
+    again = profile.ensure_cost_model(target, drafter)
+    assert "loaded" in capsys.readouterr().err and np.array_equal(again.verify, m.verify)
+    profile.ensure_cost_model(target, drafter, progress=False, force=True)
+    assert "re-profiling as asked" in capsys.readouterr().err
+    path.write_text("{")  # a broken cache entry is re-profiled, an explicit broken file refused
+    profile.ensure_cost_model(target, drafter, progress=False)
+    assert "re-profiling" in capsys.readouterr().err
+    path.write_text("{")
+    with pytest.raises(CaddtreeError, match="corrupt"):
+        profile.ensure_cost_model(target, drafter, path=path)

@@ -1,0 +1,155 @@
+"""DFlash drafter: block masking, incremental cache, save/load, target checks, a few training steps (tiny target)."""
+import math
+import types
+
+import pytest
+import torch
+
+from caddtree.dflash import (DFlashConfig, DFlashDrafter, DFlashModel, default_target_layers, dflash_loss,
+                             load_drafter, save_drafter)
+from caddtree.errors import CaddtreeError
+from caddtree.target import Target
+
+
+def tiny_target(vocab=96, hidden=32, layers=4, fingerprint="tiny", seed=0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
+                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=256,
+                      initializer_range=0.3)  # a large init makes the frozen tied LM head expressive
+    return Target(LlamaForCausalLM(cfg).eval(), tokenizer=None, name="tiny", fingerprint=fingerprint)
+
+
+def tiny_drafter(tg, block=4, layers=2, seed=1, K=0):
+    torch.manual_seed(seed)
+    c = DFlashConfig.for_target(tg, num_layers=layers, block_size=block, draft_vocab_size=K)
+    m = DFlashModel(c).bind(tg)
+    if K:
+        m.set_vocab(torch.randperm(tg.vocab_size)[:K].sort().values, tg)
+    m.init_from_target(tg)
+    for p in m.parameters():  # make every weight non-trivial so that a leak would show
+        p.data.add_(0.05 * torch.randn_like(p))
+    return m
+
+
+def seq_features(tg, layers, T=24, seed=2):
+    g = torch.Generator().manual_seed(seed)
+    toks = torch.randint(0, tg.vocab_size, (T,), generator=g)
+    tg.hidden_layers = layers
+    _, feats = tg.forward(toks, tg.new_cache())
+    return toks, feats
+
+
+def test_target_layer_ids():
+    assert default_target_layers(30, 3) == [1, 14, 27]
+    assert default_target_layers(36, 5) == [1, 9, 17, 25, 33]
+
+
+def test_block_masking():
+    """A block's output depends only on context before its anchor and on its own root: perturbing a later context
+    position or another block's root changes nothing; perturbing an earlier position does change it."""
+    tg = tiny_target()
+    m = tiny_drafter(tg)
+    toks, feats = seq_features(tg, m.c.target_layers)
+    anchors = torch.tensor([5, 9, 14, 20])
+    with torch.no_grad():
+        base = m.train_forward(toks, feats, anchors)
+        assert base.shape == (4, m.c.block_size - 1, tg.vocab_size)
+        f2 = feats.clone()
+        f2[9:] += 3.0  # positions >= 9: invisible to blocks anchored at 5 and 9
+        out = m.train_forward(toks, f2, anchors)
+        assert torch.allclose(out[:2], base[:2], atol=1e-5)
+        assert not torch.allclose(out[2:], base[2:], atol=1e-3)
+        t2 = toks.clone()
+        t2[14] = (t2[14] + 1) % tg.vocab_size  # another block's root: isolated
+        out = m.train_forward(t2, feats, anchors)
+        assert torch.allclose(out[[0, 1, 3]], base[[0, 1, 3]], atol=1e-5)
+        assert not torch.allclose(out[2], base[2], atol=1e-3)
+        # many blocks in one pass == each block alone
+        for i, a in enumerate(anchors.tolist()):
+            assert torch.allclose(m.train_forward(toks, feats, torch.tensor([a]))[0], base[i], atol=1e-4)
+
+
+@pytest.mark.parametrize("K", [0, 40])
+def test_incremental_cache_matches_recompute_and_training_path(K):
+    tg = tiny_target()
+    m = tiny_drafter(tg, K=K)
+    toks, feats = seq_features(tg, m.c.target_layers, T=30)
+    d = DFlashDrafter(m)
+    d.reset(toks[:6])
+    prev = 0
+    for ell in (6, 9, 10, 17, 25):  # rounds accepting 3, 1, 7, 8 tokens
+        lp = d.propose(toks[:ell + 1], feats[prev:ell])
+        prev = ell
+        fresh = DFlashDrafter(m)
+        fresh.reset(toks[:ell])
+        ref = fresh.propose(toks[:ell + 1], feats[:ell])
+        assert lp.shape == (m.c.block_size - 1, tg.vocab_size)
+        assert torch.allclose(lp.exp().sum(-1), torch.ones(lp.shape[0]), atol=1e-4)
+        assert torch.allclose(lp, ref, atol=1e-4)
+        with torch.no_grad():
+            tr = m.full_log_probs(m.train_forward(toks, feats, torch.tensor([ell]))[0])
+        assert torch.allclose(lp, tr, atol=1e-4)
+    with pytest.raises(CaddtreeError):
+        d.propose(toks[:27], feats[25:27])  # fed the features of position 25 twice
+
+
+@pytest.mark.parametrize("K", [0, 40])
+def test_save_load_roundtrip(tmp_path, K):
+    tg = tiny_target()
+    m = tiny_drafter(tg, K=K)
+    save_drafter(m, tmp_path / "d")
+    from safetensors.torch import load_file
+    saved = load_file(str(tmp_path / "d" / "model.safetensors"))
+    assert set(saved) == set(m.state_dict())  # the drafter's own weights only
+    assert all(tuple(v.shape) != (tg.vocab_size, 32) for v in saved.values())  # no embedding / LM head
+    d2 = load_drafter(tmp_path / "d", tg)
+    toks, feats = seq_features(tg, m.c.target_layers)
+    a = DFlashDrafter(m).propose(toks[:11], feats[:10])
+    b = d2.propose(toks[:11], feats[:10])
+    assert torch.equal(a, b)
+    assert d2.target_layers == m.c.target_layers and d2.num_positions == m.c.block_size - 1
+
+
+@pytest.mark.parametrize("kw,word", [({"hidden": 48}, "hidden size"), ({"vocab": 80}, "vocabulary"),
+                                     ({"layers": 5}, "layer count"), ({"fingerprint": "other"}, "fingerprint")])
+def test_mismatched_target(tmp_path, kw, word):
+    save_drafter(tiny_drafter(tiny_target()), tmp_path / "d")
+    with pytest.raises(CaddtreeError) as e:
+        load_drafter(tmp_path / "d", tiny_target(**kw))
+    msg = str(e.value)
+    assert word in msg and "\n" not in msg and "train-drafter" in msg
+
+
+def test_training_lowers_loss(tmp_path):
+    """A few steps of the real training loop on a tiny target with a learnable pattern lower the loss."""
+    from caddtree.train import train_drafter
+    torch.manual_seed(0)
+    tg = tiny_target()
+    layers = default_target_layers(tg.config.num_hidden_layers)
+    tg.hidden_layers = layers
+    recs = {"tokens": [], "prompt_len": [], "feats": [], "source": [], "start": 0, "count": 8}
+    for i in range(8):  # responses are arithmetic progressions mod V: easy to draft from the root alone
+        step = 1 + i % 3
+        toks = torch.cat([torch.randint(0, 96, (6,)), (torch.arange(40) * step + i) % 96])
+        _, f = tg.forward(toks, tg.new_cache())
+        recs["tokens"].append(toks.int()); recs["prompt_len"].append(6)
+        recs["feats"].append(f.to(torch.bfloat16)); recs["source"].append("toy")
+    (tmp_path / "data").mkdir()
+    torch.save(recs, tmp_path / "data" / "shard_00000.pt")
+    args = types.SimpleNamespace(block_size=4, layers=1, num_target_layers=3, steps=30, lr=1e-2, warmup=0.1,
+                                 anchors=16, seqs_per_step=2, max_seq=64, gamma=None, ckpt_minutes=100.0,
+                                 max_minutes=5.0, export=None, seed=0, log_every=1)
+    losses = []
+    train_drafter(tg, tmp_path, args, log=lambda line: losses.append(line))
+    import json
+    rows = [json.loads(x) for x in losses if '"train"' in x]
+    assert rows[-1]["step"] == 30
+    first, last = rows[0]["loss"], sum(r["loss"] for r in rows[-5:]) / 5
+    assert last < 0.85 * first, (first, last)
+    assert (tmp_path / "ckpt.pt").is_file()
+    # resume: a second call continues from the checkpoint instead of restarting
+    args.steps = 32
+    more = []
+    train_drafter(tg, tmp_path, args, log=lambda line: more.append(line))
+    assert [json.loads(x)["step"] for x in more if '"train"' in x][0] == 31

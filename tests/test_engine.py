@@ -1,0 +1,153 @@
+"""Losslessness of every decoding path on tiny random targets, KV compaction, and the sampling distribution."""
+import collections
+import math
+
+import pytest
+import torch
+
+from caddtree.accept import SamplingParams
+from caddtree.drafter import PromptLookupDrafter
+from caddtree.engine import Decoder, commit_path, verify_tree
+from caddtree.errors import CaddtreeError
+from caddtree.tree import build_tree
+from conftest import OracleDrafter, RandomDrafter, make_tiny_target, reference_greedy
+
+
+def prompt(seed: int, length: int = 12, vocab: int = 64) -> torch.Tensor:
+    return torch.randint(2, vocab, (length,), generator=torch.Generator().manual_seed(seed))
+
+
+def drafters(target, seed):
+    return {"oracle": OracleDrafter(target, num_positions=5, seed=seed),
+            "random": RandomDrafter(target.vocab_size, num_positions=4, seed=seed),
+            "lookup": PromptLookupDrafter(target.vocab_size, num_positions=6)}
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("budget", [1, 4, 16])
+def test_tree_greedy_equals_plain_greedy(seed, budget):
+    target = make_tiny_target(seed)
+    p = prompt(seed)
+    expect = reference_greedy(target, p, 32)
+    assert Decoder(target).generate(p, 32).tokens == expect
+    for name, d in drafters(target, seed).items():
+        out = Decoder(target, d, method="ddtree", budget=budget).generate(p, 32)
+        assert out.tokens == expect, name
+        assert sum(r.emitted for r in out.rounds) == len(expect)
+        assert all(r.tree_size <= budget for r in out.rounds)
+
+
+def test_oracle_drafter_gets_deep_acceptance():
+    target = make_tiny_target(1, eos=None)
+    out = Decoder(target, OracleDrafter(target, 5, miss_rate=0.0), method="ddtree", budget=8).generate(prompt(1), 30)
+    assert out.mean_accepted > 4.0  # a perfect drafter with 5 positions commits ~6 tokens a round
+
+
+def test_max_new_tokens_and_eos_exact():
+    target = make_tiny_target(2)
+    p = prompt(2)
+    full = reference_greedy(target, p, 30)
+    for n in (1, 2, 7, 13):
+        out = Decoder(target, OracleDrafter(target, 5, miss_rate=0.0), method="ddtree", budget=16).generate(p, n)
+        assert out.tokens == full[:n]
+    # make the 5th greedy token an EOS: generation must stop right after it, exactly as plain decoding would
+    target.model.generation_config.eos_token_id = full[4]
+    target.model.config.eos_token_id = full[4]
+    expect = reference_greedy(target, p, 30)
+    out = Decoder(target, OracleDrafter(target, 5, miss_rate=0.0), method="ddtree", budget=16).generate(p, 30)
+    assert out.tokens == expect and out.tokens[-1] == full[4] and out.stop_reason == "eos"
+
+
+def test_compaction_equals_fresh_prefill():
+    target = make_tiny_target(3)
+    target.hidden_layers = [0, 1]
+    p = prompt(3, 10)
+    cache = target.new_cache()
+    target.forward(p[:-1], cache)
+    lp = torch.log_softmax(3 * torch.randn(4, target.vocab_size, generator=torch.Generator().manual_seed(0)), -1)
+    tree = build_tree(lp, 12)
+    logits, feats = verify_tree(target, cache, int(p[-1]), tree)
+    leaf = int(tree.depths.argmax())
+    path = []
+    node = leaf
+    while node >= 0:
+        path.insert(0, node)
+        node = int(tree.parents[node])
+    rows = commit_path(cache, len(p) - 1, path, target.device)
+    seq = torch.cat([p, tree.tokens[path]])
+    assert cache.get_seq_length() == len(seq)
+    fresh = target.new_cache()
+    ref_logits, ref_feats = target.forward(seq, fresh)
+    assert torch.allclose(logits[rows], ref_logits[len(p) - 1:], atol=1e-4)
+    assert torch.allclose(feats[rows], ref_feats[len(p) - 1:], atol=1e-4)
+    probe = torch.tensor([5, 9])
+    after, _ = target.forward(probe, cache)
+    after_ref, _ = target.forward(probe, fresh)
+    assert torch.allclose(after, after_ref, atol=1e-4)
+
+
+def test_bad_inputs_are_clear():
+    target = make_tiny_target(0, max_pos=32)
+    d = Decoder(target)
+    with pytest.raises(CaddtreeError, match="max_new_tokens"):
+        d.generate(prompt(0), 0)
+    with pytest.raises(CaddtreeError, match="context window"):
+        d.generate(prompt(0, 40), 4)
+    with pytest.raises(CaddtreeError, match="lower --max-new-tokens"):
+        d.generate(prompt(0, 20), 20)
+    with pytest.raises(CaddtreeError, match="budget"):
+        Decoder(target, RandomDrafter(64), method="ddtree", budget=0)
+    with pytest.raises(CaddtreeError, match="unknown method"):
+        Decoder(target, method="beam")
+
+
+def first_tokens_histogram(decoder, p, params, k, samples, seed0):
+    hist = collections.Counter()
+    for s in range(samples):
+        hist[tuple(decoder.generate(p, k, params, seed=seed0 + s).tokens)] += 1
+    return hist
+
+
+def test_sampling_distribution_matches_plain_sampling():
+    """Tree sampling must reproduce the plain-sampling law of the first 3 tokens.
+
+    Exact law from the model; both samplers are compared to it with a chi-square test on the outcomes of
+    expected count >= 5 (pooled remainder), at significance 1e-3 each: a wrong acceptance rule (e.g. accepting
+    the drafter's token without a target draw) shifts the law by far more than this tolerance detects.
+    """
+    target = make_tiny_target(5, vocab=6, layers=1, eos=None)
+    params = SamplingParams(temperature=1.0, top_k=5, top_p=0.95)
+    p = torch.tensor([2, 3, 4, 5, 2, 3])
+    from caddtree.accept import target_probs
+    law = {}
+    with torch.no_grad():
+        def walk(seq, prob, depth):
+            if depth == 3:
+                law[tuple(seq[len(p):])] = prob
+                return
+            q = target_probs(target.model(torch.tensor([seq])).logits[0, -1:], params)[0]
+            for t in range(6):
+                if q[t] > 0:
+                    walk(seq + [t], prob * q[t].item(), depth + 1)
+        walk(p.tolist(), 1.0, 0)
+    N = 600
+    tree = Decoder(target, OracleDrafter(target, 3, seed=1, miss_rate=0.5), method="ddtree", budget=6)
+    for name, dec in (("plain", Decoder(target)), ("tree", tree)):
+        hist = first_tokens_histogram(dec, p, params, 3, N, seed0=1000)
+        big = [o for o, pr in law.items() if pr * N >= 5]
+        obs = [hist[o] for o in big] + [N - sum(hist[o] for o in big)]
+        exp = [law[o] * N for o in big] + [N * (1 - sum(law[o] for o in big))]
+        chi2 = sum((o - e) ** 2 / e for o, e in zip(obs, exp) if e > 0)
+        dof = len(obs) - 1
+        # Wilson-Hilferty upper quantile of chi-square at 1e-3 (z = 3.09)
+        crit = dof * (1 - 2 / (9 * dof) + 3.09 * math.sqrt(2 / (9 * dof))) ** 3
+        assert chi2 < crit, f"{name}: chi2={chi2:.1f} > {crit:.1f} (dof {dof})"
+        assert set(hist) <= set(law), f"{name} produced a token sequence of probability 0"
+
+
+def test_sampling_test_detects_a_biased_sampler():
+    """The chi-square check above must be able to fail: greedy output is far from the sampling law."""
+    target = make_tiny_target(5, vocab=6, layers=1, eos=None)
+    p = torch.tensor([2, 3, 4, 5, 2, 3])
+    hist = first_tokens_histogram(Decoder(target), p, SamplingParams(), 3, 20, 0)
+    assert len(hist) == 1  # greedy is deterministic: one outcome, which the law test would reject

@@ -1,0 +1,83 @@
+import itertools
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from caddtree.tree import Tree, ancestor_mask, build_tree, verify_inputs
+
+
+def brute_force_weights(log_probs: torch.Tensor, n: int) -> list[float]:
+    """All prefixes of every depth, sorted by weight: the top n weights of the best n-node tree."""
+    L, V = log_probs.shape
+    ws = []
+    for d in range(1, L + 1):
+        for pre in itertools.product(range(V), repeat=d):
+            ws.append(sum(log_probs[i, t].item() for i, t in enumerate(pre)))
+    return sorted(ws, reverse=True)[:n]
+
+
+@settings(max_examples=60, deadline=None)
+@given(L=st.integers(1, 3), V=st.integers(2, 4), n=st.integers(1, 30), seed=st.integers(0, 10_000))
+def test_build_tree_matches_brute_force(L, V, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    lp = torch.log_softmax(2 * torch.randn(L, V, generator=g, dtype=torch.float64), -1)
+    tree = build_tree(lp, n)
+    expect = brute_force_weights(lp, n)
+    assert len(tree) == len(expect)
+    assert torch.allclose(tree.log_weights, torch.tensor(expect, dtype=torch.float64), atol=1e-9)
+    # each node's weight is its parent's weight plus its own token's log-prob, and parents come first
+    for i in range(len(tree)):
+        p, d, t = tree.parents[i].item(), tree.depths[i].item(), tree.tokens[i].item()
+        parent_w = 0.0 if p < 0 else tree.log_weights[p].item()
+        assert p < i and (p < 0 and d == 1 or p >= 0 and tree.depths[p].item() == d - 1)
+        assert math.isclose(tree.log_weights[i].item(), parent_w + lp[d - 1, t].item(), abs_tol=1e-9)
+    # no two siblings share a token: every node is a distinct prefix
+    pairs = list(zip(tree.parents.tolist(), tree.tokens.tolist()))
+    assert len(set(pairs)) == len(pairs)
+
+
+def test_build_tree_rejects_bad_budget():
+    with pytest.raises(ValueError, match="budget"):
+        build_tree(torch.zeros(2, 3), 0)
+
+
+def test_prefix_is_best_smaller_tree():
+    lp = torch.log_softmax(torch.randn(4, 10, generator=torch.Generator().manual_seed(1)), -1)
+    big = build_tree(lp, 40)
+    for n in (1, 5, 17):
+        small = build_tree(lp, n)
+        assert torch.equal(big.prefix(n).tokens, small.tokens) and torch.equal(big.prefix(n).parents, small.parents)
+
+
+def ancestors(parents: list[int], i: int) -> set[int]:
+    out = set()
+    while i >= 0:
+        out.add(i)
+        i = parents[i]
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(L=st.integers(1, 5), V=st.integers(2, 6), n=st.integers(1, 40), seed=st.integers(0, 10_000))
+def test_mask_and_positions_are_ancestor_only(L, V, n, seed):
+    lp = torch.log_softmax(torch.randn(L, V, generator=torch.Generator().manual_seed(seed)), -1)
+    tree = build_tree(lp, n)
+    m = ancestor_mask(tree.parents)
+    par = tree.parents.tolist()
+    for row in range(len(tree) + 1):
+        allowed = {0} | ({c + 1 for c in ancestors(par, row - 1)} if row > 0 else set())
+        assert {j for j in range(len(tree) + 1) if m[row, j]} == allowed
+    ctx = 7
+    ids, pos, mask = verify_inputs(42, tree, ctx)
+    assert ids[0].item() == 42 and torch.equal(ids[1:], tree.tokens)
+    assert torch.equal(pos, ctx + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths]))
+    assert mask.shape == (len(tree) + 1, ctx + len(tree) + 1)
+    assert (mask[:, :ctx] == 0).all()  # the whole past is visible
+    assert torch.equal(mask[:, ctx:] == 0, m) and torch.isinf(mask[:, ctx:][~m]).all()
+
+
+def test_empty_tree():
+    t = Tree.empty()
+    assert len(t) == 0 and ancestor_mask(t.parents).shape == (1, 1)
