@@ -77,7 +77,11 @@ def cmd_generate(args) -> None:
     from caddtree.engine import Decoder
     from caddtree.target import load_target
     setup_torch(args)
-    sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p)  # validate before the slow load
+    if args.budget < 1:
+        raise CaddtreeError(f"--budget must be >= 1, got {args.budget}")
+    if args.max_new_tokens <= 0:
+        raise CaddtreeError(f"--max-new-tokens must be > 0, got {args.max_new_tokens}")
     target = load_target(args.target, device=args.device)
     drafter = load_drafter_spec(args.drafter, target) if args.method != "ar" else None
     decoder = make_decoder(args, target, drafter)

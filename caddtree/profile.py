@@ -13,8 +13,10 @@ drifts of a shared machine spread over all n instead of bending the curve.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
+import json
 import platform
 import sys
 import time
@@ -37,12 +39,17 @@ NEW_TOKENS = 4  # tokens fed to the drafter per steady-state round (a typical ac
 
 
 def drafter_id(drafter) -> str:
-    """Stable id of a drafter: its own `fingerprint` if it has one, else class name + hash of its settings."""
+    """Stable id of a drafter's cost: its own `fingerprint` if it has one, else class name + hash of its config
+    (a dataclass attribute, e.g. DFlash's architecture: retrained weights cost the same) or, failing that, of its
+    scalar settings. Never of run state such as a drafter KV cache."""
     fp = getattr(drafter, "fingerprint", None)
     if fp:
         return str(fp)
-    simple = {k: v for k, v in sorted(vars(drafter).items()) if isinstance(v, (int, float, str, bool, list, tuple))}
-    return f"{type(drafter).__name__}-{hashlib.sha256(repr(simple).encode()).hexdigest()[:12]}"
+    cfg = next((v for v in vars(drafter).values() if dataclasses.is_dataclass(v) and not isinstance(v, type)), None)
+    settings = dataclasses.asdict(cfg) if cfg is not None else {
+        k: v for k, v in vars(drafter).items() if isinstance(v, (int, float, str, bool)) and not k.startswith("_")}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return f"{type(drafter).__name__}-{digest}"
 
 
 def device_label(target) -> str:

@@ -207,6 +207,8 @@ def add_train_parser(subparsers) -> None:
     p.add_argument("--block-size", type=int, default=8)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--num-target-layers", type=int, default=3, help="m: target layers read as context")
+    p.add_argument("--init", choices=["random", "target"], default="random",
+                   help="draft layers from scratch (DFlash) or copied from the target's last layers")
     p.add_argument("--draft-vocab", type=int, default=8192,
                    help="K most frequent response tokens the drafter predicts (0 = the full target vocabulary)")
     # optimisation
@@ -268,16 +270,23 @@ def train_drafter(target, out, args, log=print):
                                     m=args.num_target_layers, draft_vocab_size=K)
         torch.manual_seed(args.seed)
         model = DFlashModel(c).bind(target)
-        if K:  # the K most frequent response tokens of the training data (EOS always in)
-            counts = torch.zeros(c.vocab_size)
+        if K:  # the K most frequent response tokens, then prompt tokens, then low BPE ids (frequent merges)
+            resp, prompt = torch.zeros(c.vocab_size), torch.zeros(c.vocab_size)
             for t, p, _ in seqs:
-                counts += torch.bincount(t[p:], minlength=c.vocab_size)[:c.vocab_size].float()
-            counts[sorted(target.eos_ids)] = float("inf")
-            keep = counts.topk(K).indices.sort().values
-            cover = float(counts[keep][torch.isfinite(counts[keep])].sum() / counts[torch.isfinite(counts)].sum())
-            log(json.dumps({"event": "draft_vocab", "K": K, "response_token_coverage": round(cover, 4)}))
+                resp += torch.bincount(t[p:], minlength=c.vocab_size)[:c.vocab_size].float()
+                prompt += torch.bincount(t[:p], minlength=c.vocab_size)[:c.vocab_size].float()
+            score = resp * 1e6 + prompt.clamp(max=999) * 1e3 - torch.arange(c.vocab_size) / c.vocab_size
+            score[sorted(target.eos_ids)] = float("inf")
+            keep = score.topk(K).indices.sort().values
+            cover = float(resp[keep].sum() / resp.sum())
+            log(json.dumps({"event": "draft_vocab", "K": K, "response_token_coverage": round(cover, 4),
+                            "distinct_response_tokens": int((resp > 0).sum())}))
             model.set_vocab(keep, target)
-        model.init_from_target(target)
+        if getattr(args, "init", "random") == "target":
+            model.init_from_target(target)
+        else:  # DFlash: draft layers from scratch; the mask embedding starts at the mean token embedding
+            with torch.no_grad():
+                model.mask_embedding.copy_(model._shared["embed"].mean(0))
     B = c.block_size
     gamma = args.gamma or (7.0 if B >= 16 else 4.0 if B <= 8 else 5.0)
     if seqs[0][2].shape[1] != model.fc.in_features:
@@ -298,6 +307,7 @@ def train_drafter(target, out, args, log=print):
         return torch.randperm(len(seqs), generator=g).tolist()
 
     perm = order(st["epoch"])
+    st.setdefault("shards", len(_shards(out)))
     gen = torch.Generator().manual_seed(args.seed * 7919 + st["step"])
     model.train()
     last_ckpt = time.time()
@@ -306,12 +316,20 @@ def train_drafter(target, out, args, log=print):
            "blocks": 0, "q": 0}
 
     def checkpoint():
+        nonlocal seqs, perm
         st["train_sec"] += time.time() - agg.get("t_ck", t_begin)
         agg["t_ck"] = time.time()
         _atomic_save({"config": asdict_cfg(c), "model": model.state_dict(), "opt": opt.state_dict(), "state": st},
                      ckpt_path)
         save_drafter(model, out / "snapshots" / f"step_{st['step']:06d}")
-        log(json.dumps({"event": "ckpt", "step": st["step"], "time": time.strftime("%H:%M:%S")}))
+        n_shards = len(_shards(out))
+        if n_shards != st.get("shards", n_shards):  # data generation still running alongside: take the new shards
+            seqs = [(t[:args.max_seq], p, f[:args.max_seq]) for t, p, f in load_data(out)]
+            seqs = [x for x in seqs if x[0].shape[0] - x[1] >= 2]
+            perm = order(st["epoch"])
+        st["shards"] = n_shards
+        log(json.dumps({"event": "ckpt", "step": st["step"], "seqs": len(seqs), "shards": n_shards,
+                        "train_sec": round(st["train_sec"]), "time": time.strftime("%H:%M:%S")}))
 
     while st["step"] < args.steps and (time.time() - t_begin) / 60 < args.max_minutes:
         st["step"] += 1

@@ -207,3 +207,24 @@ def test_profile_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, capsys, one_t
     path.write_text("{")
     with pytest.raises(CaddtreeError, match="corrupt"):
         profile.ensure_cost_model(target, drafter, path=path)
+
+
+def test_drafter_id_ignores_run_state():
+    from dataclasses import dataclass
+
+    from caddtree import profile
+    from caddtree.drafter import PromptLookupDrafter
+
+    @dataclass
+    class Cfg:
+        layers: int = 5
+
+    class Stateful:
+        def __init__(self, layers):
+            self.c, self.ctx_len, self.kv = Cfg(layers), 0, None
+
+    d = Stateful(5)
+    before = profile.drafter_id(d)
+    d.ctx_len, d.kv = 123, [torch.zeros(2)]
+    assert profile.drafter_id(d) == before != profile.drafter_id(Stateful(4))
+    assert profile.drafter_id(PromptLookupDrafter(100)) != profile.drafter_id(PromptLookupDrafter(100, confidence=0.5))

