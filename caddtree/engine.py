@@ -97,7 +97,7 @@ def commit_path(cache, ctx: int, path: list[int], device) -> torch.Tensor:
     """Compact the cache after a verify at context `ctx` to [past, root, accepted nodes]; return the kept rows
     of the verify input ([1 + len(path)] indices into [root, nodes])."""
     rows = torch.tensor([0] + [i + 1 for i in path], dtype=torch.long, device=device)
-    compact_cache(cache, torch.cat([torch.arange(ctx, device=device), ctx + rows]))
+    compact_cache(cache, ctx, ctx + rows)
     return rows
 
 

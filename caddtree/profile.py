@@ -5,11 +5,12 @@ Per context length ℓ (KV cache prefilled with random tokens):
   root counted; n = 0 is the plain decoding step), cache cropped back after each call;
 - C_d(ℓ): one steady-state `drafter.propose` call that feeds only a few new tokens' features (LM head included);
   the drafter's context grows by those few tokens per call, negligible against ℓ;
-- overhead(ℓ): tree build at the full budget + `choose_tree_size` + acceptance walk + cache compaction (O(ℓ) with
-  `target.compact_cache`). It is charged to every round, though an n = 0 round compacts nothing: slightly
-  pessimistic for plain steps.
-Every figure is the median over repeats after warm-up; the n grid is swept once per repeat (interleaved), so slow
-drifts of a shared machine spread over all n instead of bending the curve.
+- overhead(ℓ): tree build at the full budget + `choose_tree_size` + acceptance walk + cache compaction
+  (`target.compact_cache`, O(accepted) copies). It is charged to every round, though an n = 0 round compacts
+  nothing: slightly pessimistic for plain steps.
+Every figure is the median over repeats after warm-up (minima kept too, for audit). All ctx caches are prefilled first
+and the whole (ℓ, n) grid is swept once per repeat, so load drifts of a shared machine hit every cell alike instead
+of bending the curves.
 """
 from __future__ import annotations
 
@@ -118,56 +119,54 @@ def profile_costs(target, drafter, ns, ctxs, repeats: int = 3, warmup: int = 1, 
     target.hidden_layers = list(drafter.target_layers)  # as the engine runs it for speculative methods
     depth = max(int(getattr(drafter, "num_positions", 0) or 0), 1) if n_max else 1
     flat = CostModel([1], np.ones((1, n_max + 1)), np.zeros(n_max + 1), [0.0], [0.0])  # for timing the stop rule
-    verify = np.zeros((len(ctxs), len(ns)))
-    draft, overhead = np.zeros(len(ctxs)), np.zeros(len(ctxs))
+    lp = torch.log_softmax(torch.randn(depth, V, generator=g) * 3.0, dim=-1)
+    full = build_tree(lp, n_max) if n_max else Tree.empty()
+    trees = {n: full.prefix(n) for n in ns}
+    mid = trees[ns[len(ns) // 2]]  # the tree whose acceptance + compaction is timed
+    times = np.zeros((warmup + repeats, len(ctxs), len(ns)))
+    over = np.zeros((warmup + repeats, len(ctxs)))
+    draft = np.zeros(len(ctxs))
     bar = tqdm(total=len(ctxs) * (warmup + repeats) * (len(ns) + 2), desc="profiling costs", disable=not progress,
                unit="run", file=sys.stderr)
     try:
-        for ci, ctx in enumerate(ctxs):
+        caches = []  # one prefilled KV cache per ctx, kept together so every sweep below covers the whole grid
+        for ctx in ctxs:
+            bar.set_description(f"profiling costs (prefill ℓ={ctx})")
             ids = torch.randint(0, V, (ctx + 1,), generator=g).to(device)
             cache = target.new_cache()
             feats = _prefill(target, cache, ids[:-1])
-            root = int(ids[-1])
-            lp = torch.log_softmax(torch.randn(depth, V, generator=g) * 3.0, dim=-1)
-            full = build_tree(lp, n_max) if n_max else Tree.empty()
-            trees = {n: full.prefix(n) for n in ns}
-            times = {n: [] for n in ns}
-            over = []
-            for r in range(warmup + repeats):
-                for n in ns:
+            draft[len(caches)] = _draft_ms(target, drafter, ids, feats, warmup, repeats, g, bar)
+            caches.append((cache, int(ids[-1])))
+        bar.set_description("profiling costs")
+        # sweep the whole (ctx, n) grid once per repeat: load changes on a shared machine hit every cell alike
+        for r in range(warmup + repeats):
+            for ci, (ctx, (cache, root)) in enumerate(zip(ctxs, caches)):
+                for ni, n in enumerate(ns):
                     t0 = _now(device)
                     verify_tree(target, cache, root, trees[n])
-                    dt = _now(device) - t0
+                    times[r, ci, ni] = _now(device) - t0
                     _crop_to(cache, ctx)
-                    if r >= warmup:
-                        times[n].append(dt)
                     bar.update()
-                # overhead: build + stop rule at the full budget, then acceptance + compaction of a mid-size tree
+                # overhead: tree build at the full budget + stop rule, then acceptance + compaction
                 t0 = _now(device)
                 tree = build_tree(lp, n_max) if n_max else Tree.empty()
                 choose_tree_size(tree.log_weights, flat, ctx)
                 t_build = _now(device) - t0
-                mid = trees[ns[len(ns) // 2]]
                 logits, _ = verify_tree(target, cache, root, mid)
                 t0 = _now(device)
                 path, _ = accept_walk(mid.tokens, mid.parents, target_choices(logits, SamplingParams()))
                 if len(mid):
                     commit_path(cache, ctx, path, device)
-                t_compact = _now(device) - t0
+                over[r, ci] = t_build + _now(device) - t0
                 _crop_to(cache, ctx)
-                if r >= warmup:
-                    over.append(t_build + t_compact)
                 bar.update()
-            verify[ci] = [1000 * float(np.median(times[n])) for n in ns]
-            overhead[ci] = 1000 * float(np.median(over))
-            draft[ci] = _draft_ms(target, drafter, ids, feats, warmup, repeats, g, bar)
-            del cache
     finally:
         target.hidden_layers = saved_layers
         bar.close()
-    return {"ns": ns, "ctxs": ctxs, "verify_ms": verify.tolist(), "draft_ms": draft.tolist(),
-            "overhead_ms": overhead.tolist(), "new_tokens_per_draft": NEW_TOKENS, "repeats": repeats,
-            "warmup": warmup}
+    ms = lambda a, f: (1000 * f(a[warmup:], axis=0)).round(3).tolist()  # noqa: E731
+    return {"ns": ns, "ctxs": ctxs, "verify_ms": ms(times, np.median), "draft_ms": draft.round(3).tolist(),
+            "overhead_ms": ms(over, np.median), "verify_min_ms": ms(times, np.min), "new_tokens_per_draft": NEW_TOKENS,
+            "repeats": repeats, "warmup": warmup}
 
 
 def _draft_ms(target, drafter, ids, feats, warmup, repeats, g, bar) -> float:

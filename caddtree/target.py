@@ -108,11 +108,18 @@ class Target:
         return torch.tensor(list(ids), dtype=torch.long, device=self.device)
 
 
-def compact_cache(cache, keep: torch.Tensor) -> None:
-    """Keep only the cache positions `keep` [k] (sorted, long) in every layer, in place."""
+@torch.inference_mode()
+def compact_cache(cache, start: int, keep: torch.Tensor) -> None:
+    """Keep cache positions [0, start) plus the rows `keep` [k] (sorted, all >= start), in place.
+
+    Only the k kept rows move (into start .. start+k-1) before the tail is cut: O(k), not O(context).
+    """
+    k = keep.shape[0]
     for layer in cache.layers:
-        layer.keys = layer.keys.index_select(-2, keep)
-        layer.values = layer.values.index_select(-2, keep)
+        for name in ("keys", "values"):
+            t = getattr(layer, name)  # [B, heads, S, d]
+            t[..., start:start + k, :] = t.index_select(-2, keep)
+            setattr(layer, name, t[..., :start + k, :])
 
 
 def _builtin_gguf(name: str) -> Path:

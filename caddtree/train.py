@@ -212,9 +212,10 @@ def add_train_parser(subparsers) -> None:
     p.add_argument("--draft-vocab", type=int, default=8192,
                    help="K most frequent response tokens the drafter predicts (0 = the full target vocabulary)")
     # optimisation
-    p.add_argument("--steps", type=int, default=100000, help="max optimizer steps (the cosine schedule length)")
-    p.add_argument("--lr", type=float, default=6e-4)
-    p.add_argument("--warmup", type=float, default=0.04, help="warm-up fraction of --steps")
+    p.add_argument("--steps", type=int, default=100000,
+                   help="max optimizer steps; the cosine follows steps or --max-minutes, whichever ends first")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, default=40, help="warm-up steps")
     p.add_argument("--anchors", type=int, default=64, help="blocks per sequence per step")
     p.add_argument("--seqs-per-step", type=int, default=4)
     p.add_argument("--max-seq", type=int, default=512, help="sequence cap (tokens) in training")
@@ -234,17 +235,18 @@ def add_eval_parser(subparsers) -> None:
     p.add_argument("--n", type=int, default=10, help="prompts per dataset")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--budgets", default="8,16,32", help="also τ of the best-first tree at these node budgets")
     p.add_argument("--json", default=None, help="append the result as one JSON line to this file")
     p.set_defaults(func=cmd_eval)
 
 
 # ----------------------------------------------------------------------------------------------------- training
-def _lr(step: int, total: int, peak: float, warmup: float) -> float:
-    w = max(1, int(warmup * total))
-    if step <= w:
-        return peak * step / w
-    t = min(1.0, (step - w) / max(1, total - w))
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))  # cosine down to 10% of the peak
+def _lr(step: int, progress: float, peak: float, warmup_steps: int) -> float:
+    """Linear warm-up over `warmup_steps`, then cosine down to 10% of the peak as `progress` goes 0 -> 1."""
+    if step <= warmup_steps:
+        return peak * step / max(1, warmup_steps)
+    t = min(1.0, max(0.0, progress))
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
 def train_drafter(target, out, args, log=print):
@@ -308,6 +310,7 @@ def train_drafter(target, out, args, log=print):
 
     perm = order(st["epoch"])
     st.setdefault("shards", len(_shards(out)))
+    st.setdefault("horizon_sec", args.max_minutes * 60)  # the cosine's wall-clock length (kept on resume)
     gen = torch.Generator().manual_seed(args.seed * 7919 + st["step"])
     model.train()
     last_ckpt = time.time()
@@ -333,8 +336,11 @@ def train_drafter(target, out, args, log=print):
 
     while st["step"] < args.steps and (time.time() - t_begin) / 60 < args.max_minutes:
         st["step"] += 1
+        # schedule progress: steps or wall-clock, whichever is further (a fixed CPU budget ends on a low lr)
+        progress = max(st["step"] / args.steps,
+                       (st["train_sec"] + time.time() - agg.get("t_ck", t_begin)) / st["horizon_sec"])
         for grp in opt.param_groups:
-            grp["lr"] = _lr(st["step"], args.steps, args.lr, args.warmup)
+            grp["lr"] = _lr(st["step"], progress, args.lr, args.warmup)
         opt.zero_grad(set_to_none=True)
         for _ in range(args.seqs_per_step):
             if st["ptr"] >= len(perm):
@@ -418,10 +424,13 @@ def greedy_references(target, prompts: list[str], layers: list[int], max_new_tok
     return refs
 
 
-def evaluate(drafter, refs) -> dict:
-    """τ (bonus counted) of a linear block: each round the drafter's argmax per position is checked against the
-    target's greedy continuation; accepted prefix + 1 bonus token are emitted. Also per-position acceptance rates
-    (P(position k accepted | k-1 accepted)) and the drafter's forward cost per round."""
+def evaluate(drafter, refs, budget: int | None = None) -> dict:
+    """Acceptance length τ (bonus counted) against the target's greedy continuation `refs`.
+
+    budget None: a linear block (the drafter's argmax per position); budget n: the best-first tree of n nodes
+    (caddtree.tree.build_tree), accepted along the greedy path. Each round emits the accepted prefix + 1 bonus token.
+    Also per-position acceptance rates (P(depth k accepted | depth k-1 accepted)) and the drafter's cost per round."""
+    from caddtree.tree import build_tree
     L = drafter.num_positions
     rounds = emitted = 0
     reach, acc = [0] * L, [0] * L
@@ -437,22 +446,32 @@ def evaluate(drafter, refs) -> dict:
             lp = drafter.propose(toks[:c + 1], feats[prev:c])
             times.append(time.perf_counter() - t0)
             prev = c
-            draft = lp.argmax(-1)
             remaining = T - 1 - c
+            truth = toks[c + 1:c + 1 + min(L, remaining)].tolist()
             a = 0
-            while a < min(L, remaining) and int(draft[a]) == int(toks[c + 1 + a]):
-                reach[a] += 1
-                acc[a] += 1
-                a += 1
-            if a < min(L, remaining):
-                reach[a] += 1
+            if budget is None:
+                draft = lp.argmax(-1).tolist()
+                while a < len(truth) and draft[a] == truth[a]:
+                    a += 1
+            else:
+                tree = build_tree(lp, budget)
+                tt, pp = tree.tokens.tolist(), tree.parents.tolist()
+                node = -1
+                while a < len(truth):
+                    nxt = next((i for i in range(len(tt)) if pp[i] == node and tt[i] == truth[a]), None)
+                    if nxt is None:
+                        break
+                    node, a = nxt, a + 1
+            for k in range(min(a + 1, len(truth))):
+                reach[k] += 1
+                acc[k] += k < a
             e = min(a + 1, remaining)
             rounds += 1
             emitted += e
             c += e
     times.sort()
     return {"tau": round(emitted / max(1, rounds), 3), "rounds": rounds, "tokens": emitted,
-            "pos_accept": [round(a / r, 3) if r else None for a, r in zip(acc, reach)],
+            "pos_accept": [round(x / r, 3) if r else None for x, r in zip(acc, reach)],
             "drafter_ms_median": round(1000 * times[len(times) // 2], 2) if times else None}
 
 
@@ -483,6 +502,8 @@ def cmd_eval(args) -> dict:
     for name in args.datasets.split(","):
         refs = eval_references(target, ddir, name, args.n, args.max_new_tokens, drafter.target_layers)
         res[name] = evaluate(drafter, refs)
+        for n in [int(x) for x in args.budgets.split(",") if x]:
+            res[name][f"tau_tree{n}"] = evaluate(drafter, refs, budget=n)["tau"]
         print(json.dumps({name: res[name]}), flush=True)
     taus = [res[n]["tau"] for n in args.datasets.split(",")]
     res["tau_mean"] = round(sum(taus) / len(taus), 3)

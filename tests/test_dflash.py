@@ -137,7 +137,7 @@ def test_training_lowers_loss(tmp_path):
         recs["feats"].append(f.to(torch.bfloat16)); recs["source"].append("toy")
     (tmp_path / "data").mkdir()
     torch.save(recs, tmp_path / "data" / "shard_00000.pt")
-    args = types.SimpleNamespace(block_size=4, layers=1, num_target_layers=3, steps=30, lr=1e-2, warmup=0.1,
+    args = types.SimpleNamespace(block_size=4, layers=1, num_target_layers=3, steps=30, lr=1e-2, warmup=3,
                                  anchors=16, seqs_per_step=2, max_seq=64, gamma=None, ckpt_minutes=100.0,
                                  max_minutes=5.0, export=None, seed=0, log_every=1)
     losses = []
