@@ -423,6 +423,7 @@ def write_plots(records: list[dict], summary: dict, out_dir) -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
     out_dir = Path(out_dir)
     rows = [r for r in summary["rows"] if r["n"]]
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
@@ -450,7 +451,7 @@ def write_plots(records: list[dict], summary: dict, out_dir) -> list[Path]:
         fig, axes = plt.subplots(nrows, cols, figsize=(3.2 * cols, 2.6 * nrows), squeeze=False)
         for a, d in zip(axes.flat, ds):
             sizes = [s for r in ok if r["dataset"] == d for s in r["tree_sizes"]]
-            a.hist(sizes, bins=min(30, max(sizes) + 1), color="C2")
+            a.hist(sizes, bins=np.linspace(-0.5, max(sizes) + 0.5, min(30, max(sizes) + 1) + 1), color="C2")
             a.set(title=f"{d} (mean {np.mean(sizes):.1f})", xlabel="tree size n")
         for a in list(axes.flat)[len(ds):]:
             a.axis("off")
@@ -472,7 +473,10 @@ def write_plots(records: list[dict], summary: dict, out_dir) -> list[Path]:
                 a1.plot(c["tree_size_mean"], c["tau"], "*", color=f"C{k}", ms=14, mec="k")
                 a2.plot(c["tree_size_mean"], c["ms_per_token"], "*", color=f"C{k}", ms=14, mec="k")
         for a, yl in ((a1, "τ (tokens per round)"), (a2, "ms/token (median)")):
-            a.set(xscale="log", xlabel="fixed tree budget B (★ = CaDDTree at its mean tree size)", ylabel=yl)
+            a.set_xscale("log", base=2)
+            a.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}"))
+            a.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            a.set(xlabel="fixed tree budget B (★ = CaDDTree at its mean tree size)", ylabel=yl)
             a.grid(alpha=0.3)
         a1.legend(fontsize=7)
         paths.append(_save(fig, out_dir / "budget_sweep.png"))
