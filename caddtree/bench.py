@@ -313,7 +313,8 @@ def _run_one(m, target, ids, max_new_tokens, sampling, seed, decoder) -> dict:
                tree_sizes=[r.tree_size for r in res.rounds], accepted=[r.accepted for r in res.rounds],
                decode_ms=res.decode_ms, draft_ms=sum(r.draft_ms for r in res.rounds),
                verify_ms=sum(r.verify_ms for r in res.rounds),
-               overhead_ms=sum(r.build_ms + r.compact_ms for r in res.rounds))
+               overhead_ms=sum(r.build_ms + r.compact_ms for r in res.rounds),
+               build_ms=sum(r.build_ms for r in res.rounds))  # tree build + budget choice: the policy's own cost
     return rec
 
 

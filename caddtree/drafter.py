@@ -34,18 +34,42 @@ class PromptLookupDrafter(Drafter):
     """n-gram match over the context (prompt-lookup decoding), expressed as per-position marginals.
 
     The longest suffix of the committed tokens (n = max_ngram .. min_ngram) that occurred earlier in the context is
-    matched; each distinct continuation seen after an occurrence votes for the tokens that followed it. Position i's
-    marginal puts mass `confidence` on the votes (shared by count, most recent match first on ties) and spreads the
-    rest uniformly, so weights stay honest for the cost-aware budget: no match -> a near-zero-confidence draft.
+    matched; each distinct continuation seen after an occurrence votes for the tokens that followed it. Position i
+    puts mass c_i on the votes (shared by count) and spreads the rest uniformly; no match -> a uniform marginal.
+
+    c_i is calibrated online, because the cost-aware budget trusts these numbers: c_i is the observed rate at which
+    the top vote at position i equalled the committed token, given that positions < i did (a Beta(prior) mean,
+    starting at `confidence`). Each call checks the previous call's votes against the tokens committed since.
+    The calibration only reshapes the tree; the output never depends on it (acceptance is the target's choice).
     """
 
     def __init__(self, vocab_size: int, num_positions: int = 8, max_ngram: int = 3, min_ngram: int = 1,
-                 confidence: float = 0.8, max_matches: int = 4):
+                 confidence: float = 0.8, max_matches: int = 4, prior_strength: float = 4.0):
         if not 0.0 < confidence < 1.0:
             raise ValueError("confidence must lie in (0, 1)")
         self.vocab_size, self.num_positions = vocab_size, num_positions
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
-        self.confidence, self.max_matches = confidence, max_matches
+        self.confidence, self.max_matches, self.prior_strength = confidence, max_matches, prior_strength
+        self.hits = [0] * num_positions    # top vote right at position i, given positions < i were right
+        self.trials = [0] * num_positions
+        self._pending: tuple[int, list[int | None]] | None = None  # (len(tokens) at the call, top vote per position)
+
+    def calibrated(self, i: int) -> float:
+        a = self.prior_strength
+        return (self.hits[i] + a * self.confidence) / (self.trials[i] + a)
+
+    def reset(self, prompt_ids: torch.Tensor) -> None:
+        self._pending = None  # keep the calibration: it describes the drafter on this target, not one prompt
+
+    def _score_pending(self, seq: list[int]) -> None:
+        start, top = self._pending
+        for i, tok in enumerate(top):
+            if tok is None or start + i >= len(seq):
+                break
+            self.trials[i] += 1
+            if seq[start + i] != tok:
+                break
+            self.hits[i] += 1
 
     def _continuations(self, seq: list[int]) -> list[list[int]]:
         L = self.num_positions
@@ -65,18 +89,25 @@ class PromptLookupDrafter(Drafter):
 
     def propose(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         L, V = self.num_positions, self.vocab_size
-        conts = self._continuations(tokens.tolist())
-        floor = math.log((1.0 - self.confidence) / V)
-        log_probs = torch.full((L, V), floor)
+        seq = tokens.tolist()
+        if self._pending is not None:
+            self._score_pending(seq)
+        conts = self._continuations(seq)
+        log_probs = torch.full((L, V), -math.log(V))
+        top: list[int | None] = []
         for i in range(L):
             votes: dict[int, int] = {}
             for c in conts:
                 if i < len(c):
                     votes[c[i]] = votes.get(c[i], 0) + 1
             if not votes:
-                log_probs[i] = -math.log(V)
+                top.append(None)
                 continue
+            conf = self.calibrated(i)
             total = sum(votes.values())
+            log_probs[i] = math.log((1.0 - conf) / V)
             for tok, cnt in votes.items():
-                log_probs[i, tok] = math.log(self.confidence * cnt / total + (1.0 - self.confidence) / V)
+                log_probs[i, tok] = math.log(conf * cnt / total + (1.0 - conf) / V)
+            top.append(max(votes, key=votes.get))  # ties: the most recent match's token (inserted first)
+        self._pending = (len(seq), top)
         return log_probs

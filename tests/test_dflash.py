@@ -153,3 +153,32 @@ def test_training_lowers_loss(tmp_path):
     more = []
     train_drafter(tg, tmp_path, args, log=lambda line: more.append(line))
     assert [json.loads(x)["step"] for x in more if '"train"' in x][0] == 31
+
+
+def test_evaluate_tau_against_oracle_and_wrong_drafters():
+    from caddtree.train import evaluate
+    V, L = 50, 7
+    toks = torch.arange(40) % V
+    refs = [(toks, 8, torch.zeros(40, 4))]
+
+    class Fake:
+        num_positions = L
+        model = types.SimpleNamespace(fc=types.SimpleNamespace(weight=torch.zeros(1)))
+
+        def __init__(self, shift):
+            self.shift = shift
+
+        def reset(self, prompt_ids):
+            pass
+
+        def propose(self, tokens, features):  # position k guesses token ℓ+k (+ shift: wrong guesses)
+            lp = torch.full((L, V), -30.0)
+            for k in range(L):
+                lp[k, (int(tokens[-1]) + 1 + k + self.shift) % V] = 0.0
+            return torch.log_softmax(lp, -1)
+
+    # 32 tokens to emit after the root at index 7: 4 rounds of 8 (7 drafted + bonus)
+    assert evaluate(Fake(0), refs)["tau"] == pytest.approx(8.0)
+    assert evaluate(Fake(0), refs, budget=3)["tau"] == pytest.approx(4.0)  # a 3-node chain
+    r = evaluate(Fake(5), refs)
+    assert r["tau"] == 1.0 and r["pos_accept"][0] == 0.0

@@ -151,3 +151,20 @@ def test_sampling_test_detects_a_biased_sampler():
     p = torch.tensor([2, 3, 4, 5, 2, 3])
     hist = first_tokens_histogram(Decoder(target), p, SamplingParams(), 3, 20, 0)
     assert len(hist) == 1  # greedy is deterministic: one outcome, which the law test would reject
+
+
+def test_lookup_calibration_tracks_observed_acceptance():
+    d = PromptLookupDrafter(vocab_size=10, num_positions=2, confidence=0.8, prior_strength=4.0)
+    seq = [1, 2, 3, 1, 2]          # suffix [1, 2] matched earlier -> votes 3 at position 0
+    lp = d.propose(torch.tensor(seq))
+    assert lp[0].exp().sum().item() == pytest.approx(1.0, abs=1e-5)
+    assert lp[0, 3].exp().item() == pytest.approx(0.8 + 0.2 / 10, abs=1e-5)
+    for _ in range(12):            # the target keeps committing 9 instead of the vote 3: confidence must fall
+        d.reset(None)
+        d.propose(torch.tensor(seq))
+        d.propose(torch.tensor(seq + [9]))
+    assert d.trials[0] > 10 and d.hits[0] == 0
+    assert d.calibrated(0) < 0.3
+    d.reset(None)
+    lp = d.propose(torch.tensor(seq))
+    assert lp[0].exp().max().item() < 0.35
