@@ -531,7 +531,7 @@ def add_bench_parser(sub) -> None:
 def cmd_bench(args) -> None:
     from caddtree.accept import SamplingParams
     from caddtree.cli import load_drafter_spec, setup_torch
-    from caddtree.costmodel import plot_cost_model
+    from caddtree.costmodel import plot_cost_model, save_cost_model
     from caddtree.datasets import load_prompts
     from caddtree.profile import ensure_cost_model
     from caddtree.target import load_target
@@ -572,8 +572,9 @@ def cmd_bench(args) -> None:
     write_plots(records, summary, out)
     if not cms and any("caddtree" in m for m in methods):  # all resumed: still plot the (cached) cost model
         cost_model_for(load_drafter_spec(args.drafter, target))
-    for cm in list(cms.values())[:1]:
+    for cm in list(cms.values())[:1]:  # the profile the run used, kept beside its results
         plot_cost_model(cm, out / "cost_model.png")
+        save_cost_model(cm, out / "cost_model.json")
     end = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     run = {"argv": sys.argv, "start": start, "end": end, "machine": machine_info(), "target": target.name,
            "drafters": drafters, "methods": methods, "datasets": names, "num_prompts": num, "max_new_tokens": max_new,

@@ -17,15 +17,15 @@ from caddtree.target import DEFAULT_TARGET
 EXAMPLE_PROMPT = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
                   "How many clips did Natalia sell altogether in April and May? Think step by step.")
 SHIPPED_DRAFTERS = Path(__file__).resolve().parent.parent / "drafters"
-DEFAULT_DRAFTER = {DEFAULT_TARGET: SHIPPED_DRAFTERS / "smollm2-135m-instruct-dflash"}
+SHIPPED_DRAFTER = {DEFAULT_TARGET: SHIPPED_DRAFTERS / "smollm2-135m-instruct-dflash"}
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=DEFAULT_TARGET,
                    help=f"built-in name ({DEFAULT_TARGET}), local HF model dir, .gguf file, or hub id")
     p.add_argument("--drafter", default="auto",
-                   help="'auto' (the shipped DFlash drafter for the target, else prompt-lookup), 'lookup', "
-                        "or a DFlash drafter directory")
+                   help="'auto' (= 'lookup': measured fastest here, see results/), 'lookup' (prompt lookup), "
+                        "'dflash' (the shipped DFlash drafter for the target), or a DFlash drafter directory")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
 
@@ -39,14 +39,19 @@ def add_method_args(p: argparse.ArgumentParser) -> None:
 
 
 def load_drafter_spec(spec: str, target):
-    """'auto' | 'lookup' | drafter dir -> Drafter."""
+    """'auto' | 'lookup' | 'dflash' | drafter dir -> Drafter.
+
+    'auto' is the prompt-lookup drafter: on this project's CPU benchmark (results/bench-dflash-t0) the shipped
+    DFlash drafter, trained for one hour on 2 cores, is still slower end to end than calibrated prompt lookup.
+    """
     from caddtree.drafter import PromptLookupDrafter
-    if spec == "lookup":
+    if spec in ("auto", "lookup"):
         return PromptLookupDrafter(target.vocab_size)
-    if spec == "auto":
-        path = DEFAULT_DRAFTER.get(target.name)
+    if spec == "dflash":
+        path = SHIPPED_DRAFTER.get(target.name)
         if path is None or not (path / "config.json").is_file():
-            return PromptLookupDrafter(target.vocab_size)
+            raise CaddtreeError(f"no shipped DFlash drafter for target '{target.name}': train one with "
+                                f"`caddtree train-drafter --target {target.name}` and pass its directory")
         spec = str(path)
     from caddtree.dflash import load_drafter
     if not Path(spec).exists():

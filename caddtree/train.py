@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from caddtree.errors import CaddtreeError
 

@@ -1,5 +1,4 @@
 """DFlash drafter: block masking, incremental cache, save/load, target checks, a few training steps (tiny target)."""
-import math
 import types
 
 import pytest

@@ -40,10 +40,10 @@ def test_tree_decoding_is_lossless_on_smollm2(smollm2, prompt):
 
 
 def test_shipped_drafter_is_lossless(smollm2):
-    from caddtree.cli import DEFAULT_DRAFTER, load_drafter_spec
-    if not (DEFAULT_DRAFTER[smollm2.name] / "config.json").is_file():
+    from caddtree.cli import SHIPPED_DRAFTER, load_drafter_spec
+    if not (SHIPPED_DRAFTER[smollm2.name] / "config.json").is_file():
         pytest.skip("no shipped drafter in this checkout")
-    drafter = load_drafter_spec("auto", smollm2)
+    drafter = load_drafter_spec("dflash", smollm2)
     ids = smollm2.chat_ids(PROMPTS[1])
     expect = Decoder(smollm2).generate(ids, 32).tokens
     assert Decoder(smollm2, drafter, method="ddtree", budget=16).generate(ids, 32).tokens == expect
