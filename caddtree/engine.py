@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from caddtree.accept import SamplingParams, accept_walk, target_choices
+from caddtree.budget import choose_tree_size
 from caddtree.drafter import Drafter
 from caddtree.errors import CaddtreeError
 from caddtree.target import Target, compact_cache
@@ -143,7 +144,6 @@ class Decoder:
         t1 = _now(device)
         tree = build_tree(log_probs[:room], self.budget)  # depth capped so no token lands past the budget
         if self.method == "caddtree":
-            from caddtree.budget import choose_tree_size
             choice = choose_tree_size(tree.log_weights, self.cost_model, ctx)
             tree = tree.prefix(choice.n)
             stats.predicted_phi, stats.predicted_ms = float(choice.phi), float(choice.predicted_ms)
