@@ -21,6 +21,15 @@ def make_tiny_target(seed: int = 0, vocab: int = 64, layers: int = 2, max_pos: i
 
 
 @pytest.fixture
+def one_thread():
+    """Tiny matmuls: thread barriers on a shared 2-core machine cost far more than the math."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def tiny_target():
     return make_tiny_target()
 

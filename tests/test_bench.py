@@ -120,15 +120,6 @@ def test_summary_and_oracle_on_synthetic_records(tmp_path):
                                                                       "budget_sweep.png"}
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny models on a shared CPU: one thread is ~30x faster than two fighting over busy cores."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, one_thread):
     target = make_tiny_target(vocab=64)
     drafters = {"auto": OracleDrafter(target, seed=1), "lookup": PromptLookupDrafter(64)}

@@ -165,15 +165,6 @@ def test_default_path_and_plot(ref_model, tmp_path, monkeypatch):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny matmuls: thread barriers on a shared 2-core machine cost far more than the math."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_profile_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, capsys, one_thread):
     """profile -> fit -> save -> load through the real engine path, on a random 2-layer Llama (seconds)."""
     from transformers import LlamaConfig, LlamaForCausalLM
