@@ -14,6 +14,7 @@ of bending the curves.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import hashlib
@@ -171,8 +172,12 @@ def profile_costs(target, drafter, ns, ctxs, repeats: int = 3, warmup: int = 1, 
 
 def _draft_ms(target, drafter, ids, feats, warmup, repeats, g, bar) -> float:
     """Steady-state drafting at context len(ids) - 1: reset + one full call (untimed), then calls that each add
-    NEW_TOKENS committed tokens and their target features."""
+    NEW_TOKENS committed tokens and their target features.
+
+    Timed on a copy: drafters may learn from what they see (prompt lookup calibrates its confidence against the
+    committed tokens), and random profiling tokens must not teach the drafter used for generation."""
     from caddtree.engine import _now
+    drafter = copy.deepcopy(drafter)
     device = target.device
     tokens = ids.clone()
     drafter.reset(tokens)

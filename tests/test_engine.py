@@ -168,3 +168,11 @@ def test_lookup_calibration_tracks_observed_acceptance():
     d.reset(None)
     lp = d.propose(torch.tensor(seq))
     assert lp[0].exp().max().item() < 0.35
+
+
+def test_profiling_does_not_change_the_lookup_calibration():
+    from caddtree.profile import profile_costs
+    target = make_tiny_target(0)
+    d = PromptLookupDrafter(target.vocab_size, num_positions=4)
+    profile_costs(target, d, ns=[0, 1, 2], ctxs=[16], repeats=3, warmup=1, progress=False)
+    assert d.trials == [0] * 4 and d.hits == [0] * 4 and d._pending is None
