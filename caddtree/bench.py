@@ -204,10 +204,7 @@ def _second_turn_ids(target, item: dict, max_new_tokens: int):
     answer = tok.decode(first, skip_special_tokens=True)
     msgs = [{"role": "user", "content": item["turns"][0]}, {"role": "assistant", "content": answer},
             {"role": "user", "content": item["turns"][1]}]
-    ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False)
-    if hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    return torch.tensor(list(ids), dtype=torch.long, device=target.device)
+    return target.messages_ids(msgs)
 
 
 def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[str], out_dir, max_new_tokens: int,

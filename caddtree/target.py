@@ -99,16 +99,19 @@ class Target:
         `template` is False)."""
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
         if template and getattr(self.tokenizer, "chat_template", None):
-            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                     return_dict=False)
-            if isinstance(ids, dict) or hasattr(ids, "keys"):
-                ids = ids["input_ids"]
-        else:
-            ids = self.tokenizer(prompt)["input_ids"]
+            return self.messages_ids(messages)
+        ids = self.tokenizer(prompt)["input_ids"]
+        return torch.tensor(list(ids), dtype=torch.long, device=self.device)
+
+    def messages_ids(self, messages: list[dict]) -> torch.Tensor:
+        """Token ids of a chat (list of {role, content}) through the chat template, ready for the assistant turn."""
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                 return_dict=False)
+        if hasattr(ids, "keys"):
+            ids = ids["input_ids"]
         return torch.tensor(list(ids), dtype=torch.long, device=self.device)
 
 
-@torch.inference_mode()
 def compact_cache(cache, start: int, keep: torch.Tensor) -> None:
     """Keep cache positions [0, start) plus the rows `keep` [k] (sorted, all >= start), in place.
 
