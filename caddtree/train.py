@@ -429,6 +429,7 @@ def evaluate(drafter, refs, budget: int | None = None) -> dict:
     budget None: a linear block (the drafter's argmax per position); budget n: the best-first tree of n nodes
     (caddtree.tree.build_tree), accepted along the greedy path. Each round emits the accepted prefix + 1 bonus token.
     Also per-position acceptance rates (P(depth k accepted | depth k-1 accepted)) and the drafter's cost per round."""
+    from caddtree.engine import _now
     from caddtree.tree import build_tree
     L = drafter.num_positions
     rounds = emitted = 0
@@ -441,9 +442,9 @@ def evaluate(drafter, refs, budget: int | None = None) -> dict:
         drafter.reset(toks[:P])
         c, prev = P - 1, 0  # c = root index
         while c < T - 1:
-            t0 = time.perf_counter()
+            t0 = _now(dev)  # synchronises on CUDA: time the drafter's work, not its launch
             lp = drafter.propose(toks[:c + 1], feats[prev:c])
-            times.append(time.perf_counter() - t0)
+            times.append(_now(dev) - t0)
             prev = c
             remaining = T - 1 - c
             truth = toks[c + 1:c + 1 + min(L, remaining)].tolist()
