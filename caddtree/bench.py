@@ -330,13 +330,10 @@ def summarize(records: list[dict]) -> dict:
     methods = list(dict.fromkeys(r["method"] for r in records))
     rows = []
     for ds in datasets:
-        med = {}
+        groups = {m: [r for r in ok if r["dataset"] == ds and r["method"] == m] for m in methods}
+        med = {m: statistics.median(r["ms_per_token"] for r in rs) for m, rs in groups.items() if rs}
         for m in methods:
-            rs = [r for r in ok if r["dataset"] == ds and r["method"] == m]
-            if rs:
-                med[m] = statistics.median(r["ms_per_token"] for r in rs)
-        for m in methods:
-            rs = [r for r in ok if r["dataset"] == ds and r["method"] == m]
+            rs = groups[m]
             allr = [r for r in records if r["dataset"] == ds and r["method"] == m]
             if not rs:
                 reason = next((r.get("skipped") or r.get("error") for r in allr), None)
