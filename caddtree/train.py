@@ -248,6 +248,13 @@ def _lr(step: int, progress: float, peak: float, warmup_steps: int) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
+def _training_seqs(out, max_seq: int) -> list:
+    """(tokens, prompt_len, features) of every stored sequence, capped at max_seq tokens, that keeps >= 2 response
+    tokens (an anchor needs a token after it)."""
+    seqs = [(t[:max_seq], p, f[:max_seq]) for t, p, f in load_data(out)]
+    return [x for x in seqs if x[0].shape[0] - x[1] >= 2]
+
+
 def train_drafter(target, out, args, log=print):
     """Train (or resume) a DFlash drafter on the shards in `out/data`; checkpoints to `out/ckpt.pt` atomically and
     snapshots the drafter to `out/snapshots/step_N/` at each checkpoint (for the τ-vs-tokens curve)."""
@@ -261,8 +268,7 @@ def train_drafter(target, out, args, log=print):
         model = DFlashModel(c)
         model.load_state_dict(ck["model"])
         model.bind(target)
-    seqs = [(t[:args.max_seq], p, f[:args.max_seq]) for t, p, f in load_data(out)]
-    seqs = [x for x in seqs if x[0].shape[0] - x[1] >= 2]
+    seqs = _training_seqs(out, args.max_seq)
     if not seqs:
         raise CaddtreeError(f"no training data in {out}/data: run `caddtree train-drafter --stage data --out {out}`")
     if not ck:
@@ -326,8 +332,7 @@ def train_drafter(target, out, args, log=print):
         save_drafter(model, out / "snapshots" / f"step_{st['step']:06d}")
         n_shards = len(_shards(out))
         if n_shards != st.get("shards", n_shards):  # data generation still running alongside: take the new shards
-            seqs = [(t[:args.max_seq], p, f[:args.max_seq]) for t, p, f in load_data(out)]
-            seqs = [x for x in seqs if x[0].shape[0] - x[1] >= 2]
+            seqs = _training_seqs(out, args.max_seq)
             perm = order(st["epoch"])
         st["shards"] = n_shards
         log(json.dumps({"event": "ckpt", "step": st["step"], "seqs": len(seqs), "shards": n_shards,
@@ -429,6 +434,7 @@ def evaluate(drafter, refs, budget: int | None = None) -> dict:
     budget None: a linear block (the drafter's argmax per position); budget n: the best-first tree of n nodes
     (caddtree.tree.build_tree), accepted along the greedy path. Each round emits the accepted prefix + 1 bonus token.
     Also per-position acceptance rates (P(depth k accepted | depth k-1 accepted)) and the drafter's cost per round."""
+    from caddtree.accept import accept_walk
     from caddtree.engine import _now
     from caddtree.tree import build_tree
     L = drafter.num_positions
@@ -455,13 +461,9 @@ def evaluate(drafter, refs, budget: int | None = None) -> dict:
                     a += 1
             else:
                 tree = build_tree(lp, budget)
-                tt, pp = tree.tokens.tolist(), tree.parents.tolist()
-                node = -1
-                while a < len(truth):
-                    nxt = next((i for i in range(len(tt)) if pp[i] == node and tt[i] == truth[a]), None)
-                    if nxt is None:
-                        break
-                    node, a = nxt, a + 1
+                # the target's greedy choice at a node of depth d is truth[d] (-1: past the reference's end)
+                choices = [truth[d] if d < len(truth) else -1 for d in [0] + tree.depths.tolist()]
+                a = len(accept_walk(tree.tokens, tree.parents, torch.tensor(choices))[0])
             for k in range(min(a + 1, len(truth))):
                 reach[k] += 1
                 acc[k] += k < a
