@@ -112,6 +112,7 @@ class Target:
         return torch.tensor(list(ids), dtype=torch.long, device=self.device)
 
 
+@torch.inference_mode()
 def compact_cache(cache, start: int, keep: torch.Tensor) -> None:
     """Keep cache positions [0, start) plus the rows `keep` [k] (sorted, all >= start), in place.
 
