@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from caddtree.drafter import Drafter
 from caddtree.errors import CaddtreeError
+from caddtree.kernels import PackedLinear, pack_linears
 
 NEG = -1e9  # additive mask value (finite: a fully masked row cannot occur, but -inf would turn it into NaN)
 
@@ -253,8 +254,12 @@ class DFlashDrafter(Drafter):
     """Inference wrapper: keeps the projected context K/V of every draft layer; each round only the new tokens'
     features are fused and projected."""
 
-    def __init__(self, model: DFlashModel):
+    def __init__(self, model: DFlashModel, pack: bool = False):
+        """pack: pre-pack the linears and the LM head for CPU (caddtree.kernels); the model is inference-only then."""
         self.model = model.eval()
+        self.head = None  # packed LM head, or None: model.logits
+        if pack and pack_linears(model) > 0:
+            self.head = PackedLinear(model._shared["head"])
         self.c = model.c
         self.target_layers = list(self.c.target_layers)
         self.num_positions = self.c.block_size - 1
@@ -292,7 +297,8 @@ class DFlashDrafter(Drafter):
         kv = self.kv or [(torch.zeros(self.c.num_kv_heads, 0, self.c.head_dim, device=dev),) * 2] * len(m.layers)
         pos = torch.arange(ell, ell + self.c.block_size, device=dev)[None]  # [1, B]
         h = m.block_hidden(tokens[-1:].to(dev), pos, kv)  # [1, B, H]
-        return m.full_log_probs(m.logits(h[0, 1:]))  # [B-1, V]
+        logits = self.head(h[0, 1:]) if self.head is not None else m.logits(h[0, 1:])  # [B-1, K or V]
+        return m.full_log_probs(logits)  # [B-1, V]
 
 
 # ----------------------------------------------------------------------------------------------------- save / load
@@ -338,4 +344,4 @@ def load_drafter(path, target, device=None) -> DFlashDrafter:
     model = DFlashModel(c)
     model.load_state_dict(load_file(str(path / "model.safetensors")))
     model.to(device or target.device).bind(target)  # bind after loading: the head follows the saved vocab_map
-    return DFlashDrafter(model)
+    return DFlashDrafter(model, pack=getattr(target, "packed", False) and model.fc.weight.device.type == "cpu")

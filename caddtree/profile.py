@@ -55,11 +55,11 @@ def drafter_id(drafter) -> str:
 
 
 def device_label(target) -> str:
-    """Profiles depend on the device and, on CPU, the thread count."""
+    """Profiles depend on the device and, on CPU, the thread count and the linear kernels."""
     dev = target.device
     if dev.type == "cuda":
         return f"cuda-{torch.cuda.get_device_name(dev).replace(' ', '_')}"
-    return f"{dev.type}-t{torch.get_num_threads()}"
+    return f"{dev.type}-t{torch.get_num_threads()}" + ("-packed" if getattr(target, "packed", False) else "")
 
 
 def _cpu_name() -> str:

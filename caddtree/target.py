@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from caddtree.errors import CaddtreeError
+from caddtree.kernels import pack_linears
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
 _BUILTIN_GGUF = {  # name -> (python package that ships the file, file name inside it)
@@ -36,6 +37,7 @@ class Target:
     name: str
     fingerprint: str = ""  # identifies the weights (drafters and cost profiles are tied to it)
     hidden_layers: list[int] = field(default_factory=list)  # layer ids whose outputs `forward` returns
+    packed: bool = False  # CPU linears pre-packed for multi-row calls (caddtree.kernels)
 
     @property
     def config(self):
@@ -171,8 +173,12 @@ def _load_dir(path, dtype: torch.dtype):
     return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
 
 
-def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, device: str | None = None) -> Target:
-    """Load a target by built-in name, local HF directory, local .gguf file or hub id."""
+def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, device: str | None = None,
+                pack: bool | None = None) -> Target:
+    """Load a target by built-in name, local HF directory, local .gguf file or hub id.
+
+    pack: pre-pack the linear weights for multi-row CPU calls (tree verification); default: on for fp32 on CPU.
+    """
     from transformers import AutoTokenizer
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -205,4 +211,8 @@ def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, 
         raise CaddtreeError(f"cannot load target '{spec}': {str(e).splitlines()[0]} (unknown name, missing path, "
                             f"or no hub access; built-in: '{DEFAULT_TARGET}')") from None
     model.to(device).eval()
-    return Target(model=model, tokenizer=tok, name=spec, fingerprint=f"{model.config.model_type}-{digest}")
+    if pack is None:
+        pack = torch.device(device).type == "cpu" and dtype == torch.float32
+    packed = pack and pack_linears(model) > 0
+    return Target(model=model, tokenizer=tok, name=spec, fingerprint=f"{model.config.model_type}-{digest}",
+                  packed=packed)

@@ -3,12 +3,14 @@ import pytest
 import torch
 
 from caddtree.drafter import Drafter
+from caddtree.kernels import pack_linears
 from caddtree.target import Target
 
 torch.set_num_threads(2)
 
 
-def make_tiny_target(seed: int = 0, vocab: int = 64, layers: int = 2, max_pos: int = 512, eos: int | None = 1) -> Target:
+def make_tiny_target(seed: int = 0, vocab: int = 64, layers: int = 2, max_pos: int = 512, eos: int | None = 1,
+                     pack: bool = False) -> Target:
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
@@ -17,7 +19,8 @@ def make_tiny_target(seed: int = 0, vocab: int = 64, layers: int = 2, max_pos: i
                       bos_token_id=0, eos_token_id=eos, pad_token_id=0, attn_implementation="sdpa")
     model = LlamaForCausalLM(cfg).eval()
     model.generation_config.eos_token_id = eos
-    return Target(model=model, tokenizer=None, name=f"tiny-{seed}", fingerprint=f"tiny-{seed}")
+    packed = pack and pack_linears(model) > 0
+    return Target(model=model, tokenizer=None, name=f"tiny-{seed}", fingerprint=f"tiny-{seed}", packed=packed)
 
 
 @pytest.fixture

@@ -1,0 +1,68 @@
+"""Pre-packed CPU linears: same numbers as nn.Linear, tied weights stay tied, and decoding stays lossless."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from caddtree.engine import Decoder
+from caddtree.kernels import PackedLinear, pack_linears, packing_available
+from caddtree.profile import device_label
+from conftest import OracleDrafter, RandomDrafter, make_tiny_target, reference_greedy
+
+pytestmark = pytest.mark.skipif(not packing_available(), reason="PyTorch built without oneDNN")
+
+
+@pytest.mark.parametrize("rows", [1, 2, 7, 33])
+def test_packed_linear_matches_linear(rows):
+    torch.manual_seed(rows)
+    lin = nn.Linear(48, 80, bias=rows % 2 == 0)
+    packed = PackedLinear(lin.weight, lin.bias)
+    x = torch.randn(1, rows, 48)
+    with torch.inference_mode():
+        got, want = packed(x), F.linear(x, lin.weight, lin.bias)
+    assert got.shape == want.shape == (1, rows, 80)
+    if rows == 1:  # one row takes the very same GEMV path: bit-identical
+        assert torch.equal(got, want)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_pack_keeps_tied_weights_and_training_falls_back():
+    target = make_tiny_target(0)
+    model = target.model
+    model.config.tie_word_embeddings = True
+    model.lm_head.weight = model.model.embed_tokens.weight
+    n = pack_linears(model)
+    assert n == 2 * 7 + 1  # 7 linears per layer + the LM head
+    assert isinstance(model.lm_head, PackedLinear)
+    assert model.get_output_embeddings().weight is model.model.embed_tokens.weight
+    x = torch.randn(3, 32, requires_grad=True)
+    model.lm_head(x).sum().backward()  # grad mode: plain F.linear, so autograd still works
+    assert x.grad is not None
+
+
+def test_packed_target_has_its_own_profile_label():
+    assert device_label(make_tiny_target(0, pack=True)).endswith("-packed")
+    assert not device_label(make_tiny_target(0)).endswith("-packed")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_packed_tree_decoding_equals_plain_greedy(seed):
+    target = make_tiny_target(seed, pack=True)
+    assert target.packed
+    p = torch.randint(2, 64, (12,), generator=torch.Generator().manual_seed(seed))
+    expect = reference_greedy(make_tiny_target(seed), p, 32)  # unpacked, cache-free ground truth
+    assert Decoder(target).generate(p, 32).tokens == expect
+    for d in (OracleDrafter(target, num_positions=5, seed=seed), RandomDrafter(64, num_positions=4, seed=seed)):
+        for budget in (4, 16):
+            assert Decoder(target, d, method="ddtree", budget=budget).generate(p, 32).tokens == expect
+
+
+def test_packed_linear_deep_copies():
+    import copy
+    lin = nn.Linear(16, 24)
+    packed = PackedLinear(lin.weight, lin.bias)
+    clone = copy.deepcopy(packed)
+    assert clone.weight is not packed.weight
+    x = torch.randn(4, 16)
+    with torch.inference_mode():
+        torch.testing.assert_close(clone(x), packed(x))
