@@ -220,6 +220,9 @@ def add_train_parser(subparsers) -> None:
     p.add_argument("--max-seq", type=int, default=512, help="sequence cap (tokens) in training")
     p.add_argument("--gamma", type=float, default=None, help="loss decay (default 4 for B=8, 7 for B=16)")
     p.add_argument("--ckpt-minutes", type=float, default=5.0)
+    p.add_argument("--restart-schedule", type=int, default=0, metavar="PHASE",
+                   help="on resume, start training phase PHASE (1, 2, ...): a new warm-up + cosine of --max-minutes, "
+                        "e.g. after adding data; rerunning the same command resumes that phase, it does not restart")
     p.add_argument("--export", default=None, help="after training, export the drafter to this directory")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_train)
@@ -248,11 +251,33 @@ def _lr(step: int, progress: float, peak: float, warmup_steps: int) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def _training_seqs(out, max_seq: int) -> list:
-    """(tokens, prompt_len, features) of every stored sequence, capped at max_seq tokens, that keeps >= 2 response
-    tokens (an anchor needs a token after it)."""
-    seqs = [(t[:max_seq], p, f[:max_seq]) for t, p, f in load_data(out)]
-    return [x for x in seqs if x[0].shape[0] - x[1] >= 2]
+def _training_seqs(out, max_seq: int, val_from: int = 0, val_every: int = 25) -> tuple[list, list]:
+    """(train, held-out) lists of (tokens, prompt_len, features), capped at max_seq tokens, keeping sequences with
+    >= 2 response tokens (an anchor needs a token after it). Held out: every `val_every`-th stored sequence from
+    index `val_from` on (sequences before it may already have been trained on by an earlier run)."""
+    train, val = [], []
+    for i, (t, p, f) in enumerate(load_data(out)):
+        if t[:max_seq].shape[0] - p >= 2:
+            held = i >= val_from and i % val_every == val_every - 1
+            (val if held else train).append((t[:max_seq], p, f[:max_seq]))
+    return train, val
+
+
+@torch.no_grad()
+def _validate(model, seqs, anchors: int, gamma: float, seed: int = 0) -> dict:
+    """Loss and per-position accuracy on held-out sequences (fixed anchors, so checkpoints compare)."""
+    from caddtree.dflash import dflash_loss
+    if not seqs:
+        return {}
+    g = torch.Generator().manual_seed(seed)
+    loss, correct, valid = 0.0, 0, 0
+    for toks, p, feats in seqs:
+        cand = torch.arange(p - 1, toks.shape[0] - 1)
+        a = cand[torch.randperm(len(cand), generator=g)[:anchors]].sort().values
+        l, c, v = dflash_loss(model.train_forward(toks, feats, a), toks, a, gamma, model.label_index)
+        loss, correct, valid = loss + l.item(), correct + c.float(), valid + v.float()
+    return {"val_loss": round(loss / len(seqs), 4), "val_seqs": len(seqs),
+            "val_acc": [round(x, 3) for x in (correct / valid.clamp(min=1)).tolist()]}
 
 
 def train_drafter(target, out, args, log=print):
@@ -268,7 +293,12 @@ def train_drafter(target, out, args, log=print):
         model = DFlashModel(c)
         model.load_state_dict(ck["model"])
         model.bind(target)
-    seqs = _training_seqs(out, args.max_seq)
+    st = {"step": 0, "epoch": 0, "ptr": 0, "blocks": 0, "query_tokens": 0, "train_sec": 0.0, "val_from": 0}
+    if ck:  # a run from before the held-out split trained on everything it had: hold out only newer sequences
+        st.update({"val_from": None, **ck["state"]})
+        if st["val_from"] is None:
+            st["val_from"] = sum(len(torch.load(x, weights_only=False)["tokens"]) for x in _shards(out)[:st["shards"]])
+    seqs, val = _training_seqs(out, args.max_seq, st["val_from"])
     if not seqs:
         raise CaddtreeError(f"no training data in {out}/data: run `caddtree train-drafter --stage data --out {out}`")
     if not ck:
@@ -300,12 +330,14 @@ def train_drafter(target, out, args, log=print):
         raise CaddtreeError(f"features in {out}/data have width {seqs[0][2].shape[1]}, the drafter expects "
                             f"{model.fc.in_features}: regenerate the data for target layers {c.target_layers}")
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    st = {"step": 0, "epoch": 0, "ptr": 0, "blocks": 0, "query_tokens": 0, "train_sec": 0.0}
     if ck:
         opt.load_state_dict(ck["opt"])
-        st.update(ck["state"])
+    phase = getattr(args, "restart_schedule", 0) or 0
+    if ck and phase > st.get("phase", 0):  # warm restart: a new warm-up + cosine from here (once per phase number)
+        st.update(phase=phase, phase_step=st["step"], phase_sec=st["train_sec"], horizon_sec=args.max_minutes * 60)
     n_resp = sum(t.shape[0] - p for t, p, _ in seqs)
-    log(json.dumps({"event": "start", "resume_step": st["step"], "seqs": len(seqs), "response_tokens": n_resp,
+    log(json.dumps({"event": "start", "resume_step": st["step"], "seqs": len(seqs), "held_out": len(val),
+                    "response_tokens": n_resp,
                     "total_tokens": sum(t.shape[0] for t, _, _ in seqs), "config": asdict_cfg(c), "gamma": gamma,
                     "params": sum(p.numel() for p in model.parameters()), "time": time.strftime("%H:%M:%S")}))
 
@@ -324,7 +356,7 @@ def train_drafter(target, out, args, log=print):
            "blocks": 0, "q": 0}
 
     def checkpoint():
-        nonlocal seqs, perm
+        nonlocal seqs, val, perm
         st["train_sec"] += time.time() - agg.get("t_ck", t_begin)
         agg["t_ck"] = time.time()
         _atomic_save({"config": asdict_cfg(c), "model": model.state_dict(), "opt": opt.state_dict(), "state": st},
@@ -332,19 +364,23 @@ def train_drafter(target, out, args, log=print):
         save_drafter(model, out / "snapshots" / f"step_{st['step']:06d}")
         n_shards = len(_shards(out))
         if n_shards != st.get("shards", n_shards):  # data generation still running alongside: take the new shards
-            seqs = _training_seqs(out, args.max_seq)
+            seqs, val = _training_seqs(out, args.max_seq, st["val_from"])
             perm = order(st["epoch"])
         st["shards"] = n_shards
-        log(json.dumps({"event": "ckpt", "step": st["step"], "seqs": len(seqs), "shards": n_shards,
+        model.eval()
+        metrics = _validate(model, val[:40], args.anchors, gamma)
+        model.train()
+        log(json.dumps({"event": "ckpt", "step": st["step"], "seqs": len(seqs), "shards": n_shards, **metrics,
                         "train_sec": round(st["train_sec"]), "time": time.strftime("%H:%M:%S")}))
 
     while st["step"] < args.steps and (time.time() - t_begin) / 60 < args.max_minutes:
         st["step"] += 1
         # schedule progress: steps or wall-clock, whichever is further (a fixed CPU budget ends on a low lr)
-        progress = max(st["step"] / args.steps,
-                       (st["train_sec"] + time.time() - agg.get("t_ck", t_begin)) / st["horizon_sec"])
+        phase_step = st["step"] - st.get("phase_step", 0)
+        phase_sec = st["train_sec"] - st.get("phase_sec", 0.0) + time.time() - agg.get("t_ck", t_begin)
+        progress = max(phase_step / args.steps, phase_sec / st["horizon_sec"])
         for grp in opt.param_groups:
-            grp["lr"] = _lr(st["step"], progress, args.lr, args.warmup)
+            grp["lr"] = _lr(phase_step, progress, args.lr, args.warmup)
         opt.zero_grad(set_to_none=True)
         for _ in range(args.seqs_per_step):
             if st["ptr"] >= len(perm):

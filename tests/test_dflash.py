@@ -152,6 +152,20 @@ def test_training_lowers_loss(tmp_path):
     more = []
     train_drafter(tg, tmp_path, args, log=lambda line: more.append(line))
     assert [json.loads(x)["step"] for x in more if '"train"' in x][0] == 31
+    # a new phase after adding data: warm restart of the schedule, once (rerunning the command resumes the phase)
+    args.steps, args.restart_schedule = 34, 1
+    again = []
+    train_drafter(tg, tmp_path, args, log=lambda line: again.append(line))
+    lrs = [json.loads(x)["lr"] for x in again if '"train"' in x]
+    assert lrs[:2] == pytest.approx([args.lr / args.warmup, 2 * args.lr / args.warmup], rel=1e-4)
+    args.steps = 35
+    last_run = []
+    train_drafter(tg, tmp_path, args, log=lambda line: last_run.append(line))
+    assert [json.loads(x)["lr"] for x in last_run if '"train"' in x][0] > 0.8 * args.lr  # past warm-up: no restart
+    # held-out split: only sequences from val_from on, every val_every-th
+    from caddtree.train import _training_seqs
+    train, val = _training_seqs(tmp_path, 64, val_from=4, val_every=4)
+    assert len(train) == 7 and len(val) == 1 and torch.equal(val[0][0], recs["tokens"][7].long())
 
 
 def test_evaluate_tau_against_oracle_and_wrong_drafters():
