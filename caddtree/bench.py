@@ -2,7 +2,9 @@
 
 For each prompt all methods run back to back (same prompt, same machine state), so slow drifts of a shared machine
 hit every method alike. One JSON record per (dataset, method, prompt) is appended to DIR/records.jsonl as soon as it
-finishes; a rerun with the same --out skips the (dataset, method, prompt id, config) keys already there.
+finishes; a rerun with the same --out skips the (dataset, method, prompt id, config) keys already there. Prompts run
+round-robin over the datasets (prompt 0 of each, then prompt 1, ...), so a partial run covers every dataset; `--part
+I/K` runs every K-th of them in one of K processes (one per core), each appending to DIR/records.partIofK.jsonl.
 
 Methods: `ar` (plain decoding, our engine), `ddtree:B` (fixed tree budget B, default drafter), `caddtree` (cost-aware
 budget, default drafter), `lookup-ddtree:B` / `lookup-caddtree` (the prompt-lookup drafter in the tree),
@@ -184,7 +186,10 @@ def record_key(r: dict) -> tuple:
 
 
 def load_records(path) -> list[dict]:
+    """Records of one file, or of every records*.jsonl in a directory (the parts of a split run)."""
     path = Path(path)
+    if path.is_dir():
+        return [r for p in sorted(path.glob("records*.jsonl")) for r in load_records(p)]
     if not path.is_file():
         return []
     out = []
@@ -208,24 +213,29 @@ def _second_turn_ids(target, item: dict, max_new_tokens: int):
 
 
 def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[str], out_dir, max_new_tokens: int,
-              sampling, seed: int = 0, turns: int = 1, encode=None, progress: bool = True) -> list[dict]:
-    """Run every (dataset, prompt, method) not yet in out_dir/records.jsonl; returns all records of this config.
+              sampling, seed: int = 0, turns: int = 1, encode=None, progress: bool = True,
+              part: tuple[int, int] = (1, 1)) -> list[dict]:
+    """Run every (dataset, prompt, method) not yet recorded in out_dir; returns all records of this config.
 
     target: a loaded Target; drafter_for(kind in {'auto', 'lookup'}) -> Drafter; cost_model_for(drafter) ->
-    CostModel; prompts: {dataset: [{id, prompt[, turns]}]}; encode(text) -> prompt ids (default target.chat_ids).
+    CostModel; prompts: {dataset: [{id, prompt[, turns]}]}; encode(text) -> prompt ids (default target.chat_ids);
+    part (I, K): this process takes prompts I-1, I-1+K, ... of the round-robin order.
     """
     from tqdm import tqdm
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "records.jsonl"
+    i_part, k_parts = part
+    path = out_dir / ("records.jsonl" if k_parts == 1 else f"records.part{i_part}of{k_parts}.jsonl")
     config = config_key(target.name, max_new_tokens, sampling, turns, seed)
-    old = [r for r in load_records(path) if r.get("config") == config]
+    old = [r for r in load_records(out_dir) if r.get("config") == config]
     done = {record_key(r) for r in old}
     refs = {(r["dataset"], r["prompt_id"]): r["tokens"] for r in old if r["method"] == "ar" and "tokens" in r}
     encode = encode or target.chat_ids
     methods = sorted(methods, key=lambda m: m != "ar")  # `ar` first: its tokens are the exact-match reference
-    todo = [(ds, item) for ds, items in prompts.items() for item in items
-            if any((ds, m, str(item["id"]), config) not in done for m in methods)]
+    rounds = max((len(items) for items in prompts.values()), default=0)
+    order = [(ds, items[i]) for i in range(rounds) for ds, items in prompts.items() if i < len(items)]
+    todo = [(ds, item) for j, (ds, item) in enumerate(order) if j % k_parts == i_part - 1
+            and any((ds, m, str(item["id"]), config) not in done for m in methods)]
     total = sum(1 for ds, item in todo for m in methods if (ds, m, str(item["id"]), config) not in done)
     # drafters, cost models (profiled on first use) and decoders are built once, before the timed runs
     drafters, costs = {}, {}
@@ -291,7 +301,7 @@ def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[
                 f.flush()
                 done.add((ds, m, pid, config))
     bar.close()
-    return [r for r in load_records(path) if r.get("config") == config] + skip_recs
+    return [r for r in load_records(out_dir) if r.get("config") == config] + skip_recs  # every part
 
 
 def _run_one(m, target, ids, max_new_tokens, sampling, seed, decoder) -> dict:
@@ -517,9 +527,22 @@ def add_bench_parser(sub) -> None:
     b.add_argument("--cost-model", default=None, help="cost profile JSON (default: the per-user cache)")
     b.add_argument("--quick", action="store_true",
                    help="smoke run: 1 prompt per dataset, 16 new tokens, methods ar,ddtree:4,caddtree")
+    b.add_argument("--part", default="1/1", metavar="I/K",
+                   help="run only every K-th prompt from the I-th (K processes, e.g. one per core with --threads 1; "
+                        "then rerun without --part for the combined summary)")
     b.add_argument("--perturb", action="store_true",
                    help="also CaDDTree with its cost model perturbed (C_d, C_v slope x0.5 / x2)")
     b.set_defaults(func=cmd_bench)
+
+
+def _parse_part(text: str) -> tuple[int, int]:
+    try:
+        i, k = (int(x) for x in text.split("/"))
+    except ValueError:
+        i = k = 0
+    if not 1 <= i <= k:
+        raise CaddtreeError(f"--part must be I/K with 1 <= I <= K (e.g. 1/2), got '{text}'")
+    return i, k
 
 
 def cmd_bench(args) -> None:
@@ -538,6 +561,7 @@ def cmd_bench(args) -> None:
     if args.perturb:
         methods += [f"caddtree@{p}" for p in PERTURB if f"caddtree@{p}" not in methods]
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
+    part = _parse_part(args.part)
     names = [d.strip() for d in args.datasets.split(",") if d.strip()]
     prompts = {d: load_prompts(d, num, data_dir=args.data_dir) for d in names}  # fail fast, before loading models
     setup_torch(args)
@@ -554,7 +578,8 @@ def cmd_bench(args) -> None:
     print(f"bench: {target.name} | {len(names)} datasets x {num} prompts x {len(methods)} methods | "
           f"{max_new} new tokens | T={args.temperature} | out {out}", file=sys.stderr)
     records = run_bench(target, lambda kind: load_drafter_spec(args.drafter if kind == "auto" else "lookup", target),
-                        cost_model_for, prompts, methods, out, max_new, sampling, seed=args.seed, turns=args.turns)
+                        cost_model_for, prompts, methods, out, max_new, sampling, seed=args.seed, turns=args.turns,
+                        part=part)
     records = [r for r in records if r["dataset"] in names and r["method"] in methods]
     drafters = sorted({r["drafter"] for r in records if r.get("drafter")})
     header = (f"# caddtree bench\n\ntarget `{target.name}`, drafter(s) {', '.join(drafters) or '–'}, "

@@ -2,6 +2,7 @@
 oracle on synthetic records, and a quick end-to-end run on a tiny target (exact match at temperature 0)."""
 import gzip
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -120,7 +121,8 @@ def test_summary_and_oracle_on_synthetic_records(tmp_path):
                                                                       "budget_sweep.png"}
 
 
-def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, one_thread):
+def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, one_thread, monkeypatch):
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as on a clean install: the optional peer is missing
     target = make_tiny_target(vocab=64)
     drafters = {"auto": OracleDrafter(target, seed=1), "lookup": PromptLookupDrafter(64)}
     cost = fit_cost_model(MEAS)
@@ -165,3 +167,25 @@ def test_cli_registers_bench():
     from caddtree.cli import build_parser
     args = build_parser().parse_args(["bench", "--quick", "--out", "x", "--perturb", "--methods", "ar,ddtree:4,8"])
     assert args.func is bench.cmd_bench and args.quick and args.perturb
+
+
+def test_split_run_parts_cover_every_prompt_once_round_robin(tmp_path, data_dir, one_thread):
+    target = make_tiny_target(vocab=64)
+    cost = fit_cost_model(MEAS)
+    encode = lambda text: torch.tensor([2 + ord(c) % 60 for c in text[:24]])  # noqa: E731
+    prompts = {d: load_prompts(d, 2, data_dir=data_dir) for d in ("gsm8k", "math500")}
+    run = lambda part: bench.run_bench(  # noqa: E731
+        target, lambda kind: OracleDrafter(target, seed=1), lambda d: cost, prompts, ["ar", "ddtree:4"],
+        tmp_path / "out", max_new_tokens=6, sampling=SamplingParams(), encode=encode, progress=False, part=part)
+    run((2, 2))
+    second = [json.loads(x) for x in (tmp_path / "out/records.part2of2.jsonl").read_text().splitlines()]
+    # round-robin order gsm8k#0, math500#0, gsm8k#1, math500#1: part 2 takes the odd ones
+    assert [(r["dataset"], r["prompt_id"]) for r in second if r["method"] == "ar"] == [
+        ("math500", str(prompts["math500"][i]["id"])) for i in range(2)]
+    run((1, 2))
+    every = bench.load_records(tmp_path / "out")
+    keys = [bench.record_key(r) for r in every]
+    assert len(keys) == len(set(keys)) == 2 * 2 * 2
+    assert run((1, 1)) and len(bench.load_records(tmp_path / "out")) == 8  # the combined rerun adds nothing
+    with pytest.raises(CaddtreeError, match="--part"):
+        bench._parse_part("3/2")
