@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from caddtree.drafter import Drafter
+from caddtree.drafter import Drafter, OnlineCalibration, shrink_to_calibration
 from caddtree.errors import CaddtreeError
 from caddtree.kernels import PackedLinear, pack_linears
 
@@ -254,9 +254,12 @@ class DFlashDrafter(Drafter):
     """Inference wrapper: keeps the projected context K/V of every draft layer; each round only the new tokens'
     features are fused and projected."""
 
-    def __init__(self, model: DFlashModel, pack: bool = False):
-        """pack: pre-pack the linears and the LM head for CPU (caddtree.kernels); the model is inference-only then."""
+    def __init__(self, model: DFlashModel, pack: bool = False, calibrate: bool = True):
+        """pack: pre-pack the linears and the LM head for CPU (caddtree.kernels); the model is inference-only then.
+        calibrate: shrink overconfident positions toward their observed hit rate (drafter.OnlineCalibration); the
+        argmax per position, hence a linear block, is unchanged."""
         self.model = model.eval()
+        self.calibration = OnlineCalibration(model.c.block_size - 1) if calibrate else None
         self.head = None  # packed LM head, or None: model.logits
         if pack and pack_linears(model) > 0:
             self.head = PackedLinear(model._shared["head"])
@@ -268,6 +271,8 @@ class DFlashDrafter(Drafter):
     def reset(self, prompt_ids=None) -> None:
         self.kv = None  # per layer (k, v) [g, C, d]
         self.ctx_len = 0
+        if self.calibration is not None:  # the rates describe the drafter on this target: keep them
+            self.calibration.forget_pending()
 
     @torch.inference_mode()
     def extend(self, features: torch.Tensor) -> None:
@@ -298,7 +303,13 @@ class DFlashDrafter(Drafter):
         pos = torch.arange(ell, ell + self.c.block_size, device=dev)[None]  # [1, B]
         h = m.block_hidden(tokens[-1:].to(dev), pos, kv)  # [1, B, H]
         logits = self.head(h[0, 1:]) if self.head is not None else m.logits(h[0, 1:])  # [B-1, K or V]
-        return m.full_log_probs(logits)  # [B-1, V]
+        log_probs = m.full_log_probs(logits)  # [B-1, V]
+        if self.calibration is None:
+            return log_probs
+        self.calibration.observe(tokens.tolist())
+        top = log_probs.max(-1)
+        self.calibration.expect(ell + 1, top.indices.tolist(), top.values.exp().tolist())
+        return shrink_to_calibration(log_probs, self.calibration)
 
 
 # ----------------------------------------------------------------------------------------------------- save / load

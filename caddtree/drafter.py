@@ -30,6 +30,55 @@ class Drafter:
         raise NotImplementedError
 
 
+class OnlineCalibration:
+    """How often the drafter's top token at position i equals the committed token, learned while decoding.
+
+    The cost-aware budget trusts the drafter's probabilities, and drafters are miscalibrated (prompt lookup has no
+    probabilities at all; a small trained drafter is overconfident on new prompts). Each proposal's top token per
+    position is remembered (`expect`) and scored on the next call against the tokens committed since (`observe`):
+    position i counts as a trial only if positions < i were right (what a chain of accepted tokens sees).
+    `rate(i)` is the Beta(prior) mean of the hit rate; `ratio(i)` = hits / sum of predicted top probabilities, with
+    `prior_strength` pseudo-trials at ratio 1. Only the tree's shape depends on this, never the output.
+    """
+
+    def __init__(self, num_positions: int, prior_rate: float = 0.8, prior_strength: float = 4.0):
+        self.prior_rate, self.prior_strength = prior_rate, prior_strength
+        self.hits = [0] * num_positions
+        self.trials = [0] * num_positions
+        self.predicted = [0.0] * num_positions  # sum of the top token's probability over the trials
+        self._pending: tuple[int, list, list] | None = None  # (len(tokens) at the proposal, top tokens, top probs)
+
+    def rate(self, i: int) -> float:
+        a = self.prior_strength
+        return (self.hits[i] + a * self.prior_rate) / (self.trials[i] + a)
+
+    def ratio(self, i: int) -> float:
+        a = self.prior_strength
+        return (self.hits[i] + a) / (self.predicted[i] + a)
+
+    def expect(self, length: int, top: list, probs: list | None = None) -> None:
+        """Remember a proposal made after `length` committed tokens: top token (or None) and its probability."""
+        self._pending = (length, top, probs or [0.0] * len(top))
+
+    def observe(self, seq: list[int]) -> None:
+        """Score the pending proposal against the committed tokens `seq` (called at the next proposal)."""
+        if self._pending is None:
+            return
+        start, top, probs = self._pending
+        self._pending = None
+        for i, (tok, p) in enumerate(zip(top, probs)):
+            if tok is None or start + i >= len(seq):
+                break
+            self.trials[i] += 1
+            self.predicted[i] += p
+            if seq[start + i] != tok:
+                break
+            self.hits[i] += 1
+
+    def forget_pending(self) -> None:
+        self._pending = None
+
+
 class PromptLookupDrafter(Drafter):
     """n-gram match over the context (prompt-lookup decoding), expressed as per-position marginals.
 
@@ -37,10 +86,8 @@ class PromptLookupDrafter(Drafter):
     matched; each distinct continuation seen after an occurrence votes for the tokens that followed it. Position i
     puts mass c_i on the votes (shared by count) and spreads the rest uniformly; no match -> a uniform marginal.
 
-    c_i is calibrated online, because the cost-aware budget trusts these numbers: c_i is the observed rate at which
-    the top vote at position i equalled the committed token, given that positions < i did (a Beta(prior) mean,
-    starting at `confidence`). Each call checks the previous call's votes against the tokens committed since.
-    The calibration only reshapes the tree; the output never depends on it (acceptance is the target's choice).
+    c_i is calibrated online (`OnlineCalibration.rate`, starting at `confidence`): the observed rate at which the top
+    vote at position i equalled the committed token, given that positions < i did.
     """
 
     def __init__(self, vocab_size: int, num_positions: int = 8, max_ngram: int = 3, min_ngram: int = 1,
@@ -50,26 +97,13 @@ class PromptLookupDrafter(Drafter):
         self.vocab_size, self.num_positions = vocab_size, num_positions
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.confidence, self.max_matches, self.prior_strength = confidence, max_matches, prior_strength
-        self.hits = [0] * num_positions    # top vote right at position i, given positions < i were right
-        self.trials = [0] * num_positions
-        self._pending: tuple[int, list[int | None]] | None = None  # (len(tokens) at the call, top vote per position)
+        self.calibration = OnlineCalibration(num_positions, confidence, prior_strength)
 
     def calibrated(self, i: int) -> float:
-        a = self.prior_strength
-        return (self.hits[i] + a * self.confidence) / (self.trials[i] + a)
+        return self.calibration.rate(i)
 
     def reset(self, prompt_ids: torch.Tensor) -> None:
-        self._pending = None  # keep the calibration: it describes the drafter on this target, not one prompt
-
-    def _score_pending(self, seq: list[int]) -> None:
-        start, top = self._pending
-        for i, tok in enumerate(top):
-            if tok is None or start + i >= len(seq):
-                break
-            self.trials[i] += 1
-            if seq[start + i] != tok:
-                break
-            self.hits[i] += 1
+        self.calibration.forget_pending()  # keep the rates: they describe the drafter on this target, not one prompt
 
     def _continuations(self, seq: list[int]) -> list[list[int]]:
         L = self.num_positions
@@ -90,8 +124,7 @@ class PromptLookupDrafter(Drafter):
     def propose(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         L, V = self.num_positions, self.vocab_size
         seq = tokens.tolist()
-        if self._pending is not None:
-            self._score_pending(seq)
+        self.calibration.observe(seq)
         conts = self._continuations(seq)
         log_probs = torch.full((L, V), -math.log(V))
         top: list[int | None] = []
@@ -109,5 +142,13 @@ class PromptLookupDrafter(Drafter):
             for tok, cnt in votes.items():
                 log_probs[i, tok] = math.log(conf * cnt / total + (1.0 - conf) / V)
             top.append(max(votes, key=votes.get))  # ties: the most recent match's token (inserted first)
-        self._pending = (len(seq), top)
+        self.calibration.expect(len(seq), top)
         return log_probs
+
+
+def shrink_to_calibration(log_probs: torch.Tensor, calibration: OnlineCalibration) -> torch.Tensor:
+    """Mix each overconfident row i with the uniform law, p' = a_i p + (1 - a_i) / V, a_i = min(1, ratio(i)), so its
+    top probability matches the observed hit rate on average. Rows stay distributions; their argmax is unchanged."""
+    L, V = log_probs.shape
+    a = torch.tensor([min(1.0, calibration.ratio(i)) for i in range(L)], device=log_probs.device)[:, None]  # [L, 1]
+    return torch.logaddexp(log_probs + a.log(), (1 - a).clamp(min=1e-12).log() - math.log(V))

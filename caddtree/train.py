@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from caddtree.datasets import load_prompts
 from caddtree.errors import CaddtreeError
 
 
@@ -64,24 +65,6 @@ def train_prompts(ddir: Path, seed: int = 0) -> list[tuple[str, str]]:
             out.append(("mbpp", r["text"].strip() + "\nYour code should pass this test:\n" + r["test_list"][0]))
     random.Random(seed).shuffle(out)
     return out
-
-
-def eval_prompts(ddir: Path, name: str, n: int) -> list[str]:
-    if name == "gsm8k":
-        return [r["question"] for r in _jsonl(ddir / "gsm8k/test.jsonl")[:n]]
-    if name == "math500":
-        return [r["problem"] for r in _jsonl(ddir / "math500/test.jsonl")[:n]]
-    if name == "humaneval":
-        return ["Complete the code I provided.\n\n" + r["prompt"] for r in _jsonl(ddir / "humaneval/HumanEval.jsonl.gz")[:n]]
-    if name == "mbpp":
-        rows = [r for r in _jsonl(ddir / "mbpp/mbpp.jsonl") if 11 <= int(r["task_id"]) <= 510][:n]
-        return [r["text"].strip() + "\nYour code should pass this test:\n" + r["test_list"][0] for r in rows]
-    if name == "mtbench":
-        return [r["turns"][0] for r in _jsonl(ddir / "mt_bench/question.jsonl")[:n]]
-    if name == "alpacaeval":
-        return [r["instruction"] for r in json.loads((ddir / "alpaca_eval/text_davinci_003/model_outputs.json")
-                                                      .read_text(encoding="utf-8"))[:n]]
-    raise CaddtreeError(f"unknown eval set '{name}' (gsm8k, math500, humaneval, mbpp, mtbench, alpacaeval)")
 
 
 # ----------------------------------------------------------------------------------------------------- shards
@@ -233,8 +216,9 @@ def add_eval_parser(subparsers) -> None:
     p.add_argument("--drafter", required=True, help="exported drafter dir, or a training checkpoint (.pt)")
     p.add_argument("--target", default=None)
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--datasets", default="gsm8k,math500,humaneval")
-    p.add_argument("--n", type=int, default=10, help="prompts per dataset")
+    p.add_argument("--datasets", default="gsm8k,math500,humaneval,mbpp,mt_bench,alpaca",
+                   help="evaluation sets (caddtree.datasets names; the same prompts and formats as `caddtree bench`)")
+    p.add_argument("--n", type=int, default=20, help="prompts per dataset")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--budgets", default="8,16,32", help="also τ of the best-first tree at these node budgets")
@@ -430,10 +414,8 @@ def asdict_cfg(c) -> dict:
 
 # ----------------------------------------------------------------------------------------------------- evaluation
 def greedy_references(target, prompts: list[str], layers: list[int], max_new_tokens: int = 256,
-                      batch_size: int = 10, cache_file: Path | None = None):
+                      batch_size: int = 10):
     """The target's greedy responses and features: list of (tokens [T], prompt_len, feats fp32 [T, F])."""
-    if cache_file is not None and cache_file.is_file():
-        return torch.load(cache_file, weights_only=False)
     eos = sorted(target.eos_ids)
     pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else eos[0]
     refs = []
@@ -458,9 +440,6 @@ def greedy_references(target, prompts: list[str], layers: list[int], max_new_tok
             f = torch.zeros(T, feats_all.shape[-1])
             f[:T - 1] = feats_all[b, P - len(x):P - len(x) + T - 1]
             refs.append((torch.tensor(x + resp), len(x), f))
-    if cache_file is not None:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_save(refs, cache_file)
     return refs
 
 
@@ -525,10 +504,20 @@ def _drafter_from(path, target):
 
 
 def eval_references(target, ddir, name: str, n: int, max_new_tokens: int, layers: list[int]):
-    """Greedy references for the first n prompts of an eval set, cached in the user cache (they cost minutes)."""
+    """Greedy references for the first n prompts of an eval set, cached in the user cache (they cost minutes); a
+    cache of fewer prompts is extended, not recomputed."""
     from caddtree.target import cache_dir
-    cache = cache_dir() / "eval_refs" / f"{target.fingerprint}_{name}_{n}_{max_new_tokens}_{'-'.join(map(str, layers))}.pt"
-    return greedy_references(target, eval_prompts(ddir, name, n), layers, max_new_tokens, cache_file=cache)
+    root = cache_dir() / "eval_refs"
+    key = lambda k: root / f"{target.fingerprint}_bench-{name}_{k}_{max_new_tokens}_{'-'.join(map(str, layers))}.pt"  # noqa
+    if key(n).is_file():
+        return torch.load(key(n), weights_only=False)
+    have = next((k for k in range(n - 1, 0, -1) if key(k).is_file()), 0)
+    refs = torch.load(key(have), weights_only=False) if have else []
+    prompts = [x["prompt"] for x in load_prompts(name, n, data_dir=ddir)]  # the bench's prompts and formats
+    refs += greedy_references(target, prompts[have:], layers, max_new_tokens)
+    root.mkdir(parents=True, exist_ok=True)
+    _atomic_save(refs, key(n))
+    return refs
 
 
 def cmd_eval(args) -> dict:

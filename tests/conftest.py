@@ -6,7 +6,9 @@ from caddtree.drafter import Drafter
 from caddtree.kernels import pack_linears
 from caddtree.target import Target
 
-torch.set_num_threads(2)
+# Tiny matmuls: thread barriers cost far more than the math, and on a busy 2-core machine a second thread that waits
+# for the other core made the suite 10x slower. Every test runs on one torch thread.
+torch.set_num_threads(1)
 
 
 def make_tiny_target(seed: int = 0, vocab: int = 64, layers: int = 2, max_pos: int = 512, eos: int | None = 1,
@@ -21,15 +23,6 @@ def make_tiny_target(seed: int = 0, vocab: int = 64, layers: int = 2, max_pos: i
     model.generation_config.eos_token_id = eos
     packed = pack and pack_linears(model) > 0
     return Target(model=model, tokenizer=None, name=f"tiny-{seed}", fingerprint=f"tiny-{seed}", packed=packed)
-
-
-@pytest.fixture
-def one_thread():
-    """Tiny matmuls: thread barriers on a shared 2-core machine cost far more than the math."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture

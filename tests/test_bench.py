@@ -121,7 +121,7 @@ def test_summary_and_oracle_on_synthetic_records(tmp_path):
                                                                       "budget_sweep.png"}
 
 
-def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, one_thread, monkeypatch):
+def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as on a clean install: the optional peer is missing
     target = make_tiny_target(vocab=64)
     drafters = {"auto": OracleDrafter(target, seed=1), "lookup": PromptLookupDrafter(64)}
@@ -169,7 +169,7 @@ def test_cli_registers_bench():
     assert args.func is bench.cmd_bench and args.quick and args.perturb
 
 
-def test_split_run_parts_cover_every_prompt_once_round_robin(tmp_path, data_dir, one_thread):
+def test_split_run_parts_cover_every_prompt_once_round_robin(tmp_path, data_dir):
     target = make_tiny_target(vocab=64)
     cost = fit_cost_model(MEAS)
     encode = lambda text: torch.tensor([2 + ord(c) % 60 for c in text[:24]])  # noqa: E731

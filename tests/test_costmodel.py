@@ -165,7 +165,7 @@ def test_default_path_and_plot(ref_model, tmp_path, monkeypatch):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_profile_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, capsys, one_thread):
+def test_profile_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, capsys):
     """profile -> fit -> save -> load through the real engine path, on a random 2-layer Llama (seconds)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 

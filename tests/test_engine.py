@@ -163,7 +163,7 @@ def test_lookup_calibration_tracks_observed_acceptance():
         d.reset(None)
         d.propose(torch.tensor(seq))
         d.propose(torch.tensor(seq + [9]))
-    assert d.trials[0] > 10 and d.hits[0] == 0
+    assert d.calibration.trials[0] > 10 and d.calibration.hits[0] == 0
     assert d.calibrated(0) < 0.3
     d.reset(None)
     lp = d.propose(torch.tensor(seq))
@@ -175,4 +175,23 @@ def test_profiling_does_not_change_the_lookup_calibration():
     target = make_tiny_target(0)
     d = PromptLookupDrafter(target.vocab_size, num_positions=4)
     profile_costs(target, d, ns=[0, 1, 2], ctxs=[16], repeats=3, warmup=1, progress=False)
-    assert d.trials == [0] * 4 and d.hits == [0] * 4 and d._pending is None
+    c = d.calibration
+    assert c.trials == [0] * 4 and c.hits == [0] * 4 and c._pending is None
+
+
+def test_online_calibration_counts_chains_and_shrinks_overconfident_rows():
+    from caddtree.drafter import OnlineCalibration, shrink_to_calibration
+    c = OnlineCalibration(3, prior_strength=1.0)
+    c.expect(4, [7, 8, 9], [0.9, 0.9, 0.9])
+    c.observe([0, 1, 2, 3, 7, 5, 9])  # position 0 right, 1 wrong, 2 never reached (chain broken)
+    assert (c.trials, c.hits, c.predicted) == ([1, 1, 0], [1, 0, 0], [0.9, 0.9, 0.0])
+    c.observe([0, 1, 2, 3, 7, 5, 9, 9])  # nothing pending: no double counting
+    assert c.trials == [1, 1, 0]
+    assert c.ratio(0) == pytest.approx(2 / 1.9) and c.ratio(1) == pytest.approx(1 / 1.9) and c.ratio(2) == 1.0
+    lp = torch.log_softmax(torch.randn(3, 20) * 3, -1)
+    out = shrink_to_calibration(lp, c)
+    assert torch.allclose(out.exp().sum(-1), torch.ones(3), atol=1e-5)
+    assert torch.equal(out.argmax(-1), lp.argmax(-1))
+    assert torch.allclose(out[0], lp[0], atol=1e-6) and torch.allclose(out[2], lp[2], atol=1e-6)  # ratio >= 1: kept
+    top = lp[1].exp().max()
+    assert out[1].exp().max().item() == pytest.approx(top.item() / 1.9 + (1 - 1 / 1.9) / 20, rel=1e-4)
