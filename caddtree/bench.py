@@ -530,6 +530,8 @@ def add_bench_parser(sub) -> None:
     b.add_argument("--part", default="1/1", metavar="I/K",
                    help="run only every K-th prompt from the I-th (K processes, e.g. one per core with --threads 1; "
                         "then rerun without --part for the combined summary)")
+    b.add_argument("--report", action="store_true",
+                   help="run nothing: write the summary and plots from the records already in --out")
     b.add_argument("--perturb", action="store_true",
                    help="also CaDDTree with its cost model perturbed (C_d, C_v slope x0.5 / x2)")
     b.set_defaults(func=cmd_bench)
@@ -568,18 +570,23 @@ def cmd_bench(args) -> None:
     target = load_target(args.target, device=args.device)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cms = {}
+    cms = {}  # drafter class name -> the cost model the run used
 
     def cost_model_for(drafter):
         cm = ensure_cost_model(target, drafter, path=args.cost_model)
-        cms[id(drafter)] = cm
+        cms[type(drafter).__name__] = cm
         return cm
 
     print(f"bench: {target.name} | {len(names)} datasets x {num} prompts x {len(methods)} methods | "
           f"{max_new} new tokens | T={args.temperature} | out {out}", file=sys.stderr)
-    records = run_bench(target, lambda kind: load_drafter_spec(args.drafter if kind == "auto" else "lookup", target),
-                        cost_model_for, prompts, methods, out, max_new, sampling, seed=args.seed, turns=args.turns,
-                        part=part)
+    if args.report:  # no runs: summarise what the records hold (a split run's parts, an interrupted run)
+        config = config_key(target.name, max_new, sampling, args.turns, args.seed)
+        records = [r for r in load_records(out) if r.get("config") == config]
+    else:
+        records = run_bench(target, lambda kind: load_drafter_spec(args.drafter if kind == "auto" else "lookup",
+                                                                   target),
+                            cost_model_for, prompts, methods, out, max_new, sampling, seed=args.seed,
+                            turns=args.turns, part=part)
     records = [r for r in records if r["dataset"] in names and r["method"] in methods]
     drafters = sorted({r["drafter"] for r in records if r.get("drafter")})
     header = (f"# caddtree bench\n\ntarget `{target.name}`, drafter(s) {', '.join(drafters) or '–'}, "
@@ -591,9 +598,10 @@ def cmd_bench(args) -> None:
     write_plots(records, summary, out)
     if not cms and any("caddtree" in m for m in methods):  # all resumed: still plot the (cached) cost model
         cost_model_for(load_drafter_spec(args.drafter, target))
-    for cm in list(cms.values())[:1]:  # the profile the run used, kept beside its results
-        plot_cost_model(cm, out / "cost_model.png")
-        save_cost_model(cm, out / "cost_model.json")
+    for i, (name, cm) in enumerate(cms.items()):  # the profiles the run used, kept beside its results
+        stem = "cost_model" if i == 0 else f"cost_model_{name}"  # the first: the default drafter's
+        plot_cost_model(cm, out / f"{stem}.png")
+        save_cost_model(cm, out / f"{stem}.json")
     end = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     run = {"argv": sys.argv, "start": start, "end": end, "machine": machine_info(), "target": target.name,
            "drafters": drafters, "methods": methods, "datasets": names, "num_prompts": num, "max_new_tokens": max_new,

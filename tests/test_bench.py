@@ -169,7 +169,7 @@ def test_cli_registers_bench():
     assert args.func is bench.cmd_bench and args.quick and args.perturb
 
 
-def test_split_run_parts_cover_every_prompt_once_round_robin(tmp_path, data_dir):
+def test_split_run_parts_cover_every_prompt_once_round_robin(tmp_path, data_dir, monkeypatch):
     target = make_tiny_target(vocab=64)
     cost = fit_cost_model(MEAS)
     encode = lambda text: torch.tensor([2 + ord(c) % 60 for c in text[:24]])  # noqa: E731
@@ -189,3 +189,14 @@ def test_split_run_parts_cover_every_prompt_once_round_robin(tmp_path, data_dir)
     assert run((1, 1)) and len(bench.load_records(tmp_path / "out")) == 8  # the combined rerun adds nothing
     with pytest.raises(CaddtreeError, match="--part"):
         bench._parse_part("3/2")
+    # --report: the combined summary of both parts, without running anything
+    from caddtree.cli import build_parser
+    monkeypatch.setattr("caddtree.target.load_target", lambda *a, **k: target)
+    monkeypatch.setattr("caddtree.profile.ensure_cost_model", lambda *a, **k: cost)
+    args = build_parser().parse_args(["bench", "--report", "--out", str(tmp_path / "out"), "--datasets",
+                                      "gsm8k,math500", "--methods", "ar,ddtree:4", "--num-prompts", "2",
+                                      "--max-new-tokens", "6", "--data-dir", str(data_dir), "--drafter", "lookup"])
+    args.func(args)
+    assert len(bench.load_records(tmp_path / "out")) == 8
+    text = (tmp_path / "out/summary.md").read_text()
+    assert "| gsm8k | ddtree:4 | 2 |" in text and "| math500 | ar | 2 |" in text
