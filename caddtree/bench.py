@@ -581,7 +581,12 @@ def cmd_bench(args) -> None:
           f"{max_new} new tokens | T={args.temperature} | out {out}", file=sys.stderr)
     if args.report:  # no runs: summarise what the records hold (a split run's parts, an interrupted run)
         config = config_key(target.name, max_new, sampling, args.turns, args.seed)
-        records = [r for r in load_records(out) if r.get("config") == config]
+        records = [r for r in load_records(out) if r.get("config") == config and r["method"] in methods]
+        have = {}
+        for r in records:
+            have.setdefault((r["dataset"], r["prompt_id"]), set()).add(r["method"])
+        # only prompts every method finished: medians and speed-ups then compare the same prompts
+        records = [r for r in records if have[(r["dataset"], r["prompt_id"])] >= set(methods)]
     else:
         records = run_bench(target, lambda kind: load_drafter_spec(args.drafter if kind == "auto" else "lookup",
                                                                    target),

@@ -41,8 +41,8 @@ def add_method_args(p: argparse.ArgumentParser) -> None:
 def load_drafter_spec(spec: str, target):
     """'auto' | 'lookup' | 'dflash' | drafter dir -> Drafter.
 
-    'auto' is the prompt-lookup drafter: on this project's CPU benchmark (results/bench-dflash-t0) the shipped
-    DFlash drafter, trained for one hour on 2 cores, is still slower end to end than calibrated prompt lookup.
+    'auto' is the prompt-lookup drafter: on this project's CPU benchmark (results/bench-dflash-t0-full) the shipped
+    DFlash drafter, trained for 3 hours on 2 cores, is still slower end to end than calibrated prompt lookup.
     """
     from caddtree.drafter import PromptLookupDrafter
     if spec in ("auto", "lookup"):

@@ -196,7 +196,10 @@ def test_split_run_parts_cover_every_prompt_once_round_robin(tmp_path, data_dir,
     args = build_parser().parse_args(["bench", "--report", "--out", str(tmp_path / "out"), "--datasets",
                                       "gsm8k,math500", "--methods", "ar,ddtree:4", "--num-prompts", "2",
                                       "--max-new-tokens", "6", "--data-dir", str(data_dir), "--drafter", "lookup"])
+    with open(tmp_path / "out/records.part1of2.jsonl", "a") as f:  # a prompt cut off after its first method
+        f.write(json.dumps({**every[0], "prompt_id": "cut", "method": "ar"}) + "\n")
     args.func(args)
-    assert len(bench.load_records(tmp_path / "out")) == 8
+    assert len(bench.load_records(tmp_path / "out")) == 9
     text = (tmp_path / "out/summary.md").read_text()
-    assert "| gsm8k | ddtree:4 | 2 |" in text and "| math500 | ar | 2 |" in text
+    assert "| gsm8k | ddtree:4 | 2 |" in text and "| math500 | ddtree:4 | 2 |" in text
+    assert f"| {every[0]['dataset']} | ar | 2 |" in text  # the cut prompt is left out
