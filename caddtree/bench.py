@@ -529,7 +529,7 @@ def add_bench_parser(sub) -> None:
                    help="smoke run: 1 prompt per dataset, 16 new tokens, methods ar,ddtree:4,caddtree")
     b.add_argument("--part", default="1/1", metavar="I/K",
                    help="run only every K-th prompt from the I-th (K processes, e.g. one per core with --threads 1; "
-                        "then rerun without --part for the combined summary)")
+                        "then the same command with --report instead of --part for the combined summary)")
     b.add_argument("--report", action="store_true",
                    help="run nothing: write the summary and plots from the records already in --out")
     b.add_argument("--perturb", action="store_true",

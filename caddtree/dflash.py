@@ -355,4 +355,4 @@ def load_drafter(path, target, device=None) -> DFlashDrafter:
     model = DFlashModel(c)
     model.load_state_dict(load_file(str(path / "model.safetensors")))
     model.to(device or target.device).bind(target)  # bind after loading: the head follows the saved vocab_map
-    return DFlashDrafter(model, pack=getattr(target, "packed", False) and model.fc.weight.device.type == "cpu")
+    return DFlashDrafter(model, pack=target.packed)  # pack_linears leaves non-CPU weights alone
