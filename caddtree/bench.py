@@ -6,15 +6,17 @@ finishes; a rerun with the same --out skips the (dataset, method, prompt id, con
 round-robin over the datasets (prompt 0 of each, then prompt 1, ...), so a partial run covers every dataset; `--part
 I/K` runs every K-th of them in one of K processes (one per core), each appending to DIR/records.partIofK.jsonl.
 
-Methods: `ar` (plain decoding, our engine), `ddtree:B` (fixed tree budget B, default drafter), `caddtree` (cost-aware
-budget, default drafter), `lookup-ddtree:B` / `lookup-caddtree` (the prompt-lookup drafter in the tree),
+Methods: `ar` (plain decoding, our engine), `ddtree:B` (fixed tree budget B, the --drafter), `caddtree` (cost-aware
+budget, the --drafter); a prefix picks another drafter for the same two: `lookup-` (prompt lookup), `dflash-` (the
+shipped DFlash drafter), `mix-` (DFlash + prompt lookup, `--drafter dflash+lookup`), e.g. `lookup-caddtree`;
 `caddtree@cd0.5` / `@cd2` / `@cv0.5` / `@cv2` (cost model perturbed: C_d, or the C_v slope in n, scaled; --perturb),
 peers `hf` / `hf-lookup` (Hugging Face `generate`, plain / prompt_lookup_num_tokens=10) and `llamacpp`
 (llama-cpp-python on the same GGUF, if importable).
 
 Timing rule (every method): decode time per output token, prefill excluded. Our engine: the sum of round times over
-the tokens emitted (the first round, which emits token 1 from the prompt's last token, included). Peers that can
-only be timed end to end: t(generate N tokens) - t(generate 1 token), over N - 1 tokens.
+the tokens emitted (the first round, which emits token 1 from the prompt's last token, included). HF `generate`
+can only be timed end to end: t(generate N tokens) - t(generate 1 token), over N - 1 tokens; llama.cpp streams its
+tokens: time from token 1 to token N, over N - 1 tokens.
 τ: tokens emitted per round (bonus token counted).
 """
 from __future__ import annotations
@@ -39,6 +41,9 @@ DEFAULT_METHODS = "ar,ddtree:8,16,32,64,caddtree"
 QUICK = dict(num_prompts=1, max_new_tokens=16, methods="ar,ddtree:4,caddtree")
 PERTURB = {"cd0.5": (0.5, 1.0), "cd2": (2.0, 1.0), "cv0.5": (1.0, 0.5), "cv2": (1.0, 2.0)}  # (C_d, C_v slope) scale
 PEERS = ("hf", "hf-lookup", "llamacpp")
+DRAFTER_PREFIX = {"lookup": "lookup", "dflash": "dflash", "mix": "dflash+lookup"}  # method prefix -> --drafter spec
+TREE_METHODS = ("ddtree",) + tuple(f"{p}-ddtree" for p in DRAFTER_PREFIX)
+COST_METHODS = ("caddtree",) + tuple(f"{p}-caddtree" for p in DRAFTER_PREFIX)
 
 
 # ---------------------------------------------------------------------------------------------------------- methods
@@ -55,17 +60,18 @@ def parse_methods(spec: str) -> list[str]:
                 raise CaddtreeError(f"--methods: budget {tok} follows no 'ddtree:B' method")
             tok = f"{last}:{tok}"
         name, _, arg = tok.partition(":")
-        if name in ("ddtree", "lookup-ddtree"):
+        if name in TREE_METHODS:
             if not arg.isdigit() or int(arg) < 1:
                 raise CaddtreeError(f"--methods: '{tok}' needs a budget >= 1, e.g. {name}:32")
             last = name
         else:
             last = None
             base, _, pert = name.partition("@")
-            if arg or base not in ("ar", "caddtree", "lookup-caddtree", *PEERS) or (pert and (
-                    base not in ("caddtree", "lookup-caddtree") or pert not in PERTURB)):
-                raise CaddtreeError(f"--methods: unknown method '{tok}' (ar, ddtree:B, caddtree, lookup-ddtree:B, "
-                                    f"lookup-caddtree, caddtree@{{{','.join(PERTURB)}}}, hf, hf-lookup, llamacpp)")
+            if arg or base not in ("ar", *COST_METHODS, *PEERS) or (pert and (
+                    base not in COST_METHODS or pert not in PERTURB)):
+                raise CaddtreeError(f"--methods: unknown method '{tok}' (ar, ddtree:B, caddtree, "
+                                    f"caddtree@{{{','.join(PERTURB)}}}, the same with a drafter prefix "
+                                    f"{'-, '.join(DRAFTER_PREFIX)}- (e.g. lookup-caddtree), hf, hf-lookup, llamacpp)")
         if tok not in out:
             out.append(tok)
     if not out:
@@ -98,10 +104,10 @@ def _decoder(method: str, target, drafter_for, cost_model_for):
         return Decoder(target), None
     name, _, arg = method.partition(":")
     base, _, pert = name.partition("@")
-    kind = "lookup" if base.startswith("lookup-") else "auto"
-    drafter = drafter_for(kind)
+    prefix, _, _ = base.rpartition("-")
+    drafter = drafter_for(DRAFTER_PREFIX[prefix] if prefix else "auto")
     desc = getattr(drafter, "name", None) or type(drafter).__name__
-    if base in ("ddtree", "lookup-ddtree"):
+    if base in TREE_METHODS:
         return Decoder(target, drafter, "ddtree", budget=int(arg)), desc
     cm = cost_model_for(drafter)
     if pert:
@@ -142,7 +148,9 @@ _LLAMA = {}
 
 
 def run_llamacpp(target, ids: torch.Tensor, max_new_tokens: int, sampling, seed: int) -> dict:
-    """llama-cpp-python on the target's GGUF file; same decode-only rule as the HF peer."""
+    """llama-cpp-python on the target's GGUF file, greedy (top_k=1) or sampled with its own sampler; decode-only
+    time from the token stream (llama-cpp-python keeps the prompt cache between calls, so the HF peer's
+    t(N) - t(1) rule would subtract a prefill that the second call skips)."""
     import llama_cpp  # ImportError -> the caller records the skip
     from caddtree.target import _BUILTIN_GGUF, _builtin_gguf
     if target.name in _BUILTIN_GGUF:
@@ -158,20 +166,18 @@ def run_llamacpp(target, ids: torch.Tensor, max_new_tokens: int, sampling, seed:
     prompt = ids.tolist()
     eos = target.eos_ids
 
-    def gen(n):
-        llm.reset()
-        out = []
-        for tok in llm.generate(prompt, top_k=1 if sampling.greedy else (sampling.top_k or 40), top_p=sampling.top_p,
-                                temp=sampling.temperature, reset=True):
-            out.append(int(tok))
-            if len(out) >= n or tok in eos:
-                break
-        return out
-
-    _, t1 = _timed(lambda: gen(1))
-    tokens, tn = _timed(lambda: gen(max_new_tokens))
-    return {"tokens": tokens, "decode_ms": max(tn - t1, 0.0), "timed_tokens": max(len(tokens) - 1, 1),
-            "prefill_ms": t1, "timing": "t(generate N) - t(generate 1), per N-1 tokens"}
+    llm.reset()
+    out, stamps = [], []
+    t0 = time.perf_counter()
+    for tok in llm.generate(prompt, top_k=1 if sampling.greedy else (sampling.top_k or 40), top_p=sampling.top_p,
+                            temp=sampling.temperature, reset=True):
+        stamps.append(time.perf_counter())  # token 1 comes after the prefill: time tokens 2..N from it
+        out.append(int(tok))
+        if len(out) >= max_new_tokens or tok in eos:
+            break
+    decode_ms = 1000 * (stamps[-1] - stamps[0]) if len(stamps) > 1 else 0.0
+    return {"tokens": out, "decode_ms": decode_ms, "timed_tokens": max(len(out) - 1, 1), "prefill_ms": 1000 * (stamps[0] - t0),
+            "timing": "streamed: time from token 1 to token N, per N-1 tokens"}
 
 
 # -------------------------------------------------------------------------------------------------------- the runs
@@ -217,7 +223,7 @@ def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[
               part: tuple[int, int] = (1, 1)) -> list[dict]:
     """Run every (dataset, prompt, method) not yet recorded in out_dir; returns all records of this config.
 
-    target: a loaded Target; drafter_for(kind in {'auto', 'lookup'}) -> Drafter; cost_model_for(drafter) ->
+    target: a loaded Target; drafter_for('auto' (= --drafter) or a --drafter spec) -> Drafter; cost_model_for(drafter) ->
     CostModel; prompts: {dataset: [{id, prompt[, turns]}]}; encode(text) -> prompt ids (default target.chat_ids);
     part (I, K): this process takes prompts I-1, I-1+K, ... of the round-robin order.
     """
@@ -364,7 +370,7 @@ def summarize(records: list[dict]) -> dict:
     oracle = []
     by = {(r["dataset"], r["method"]): r for r in rows if r["n"]}
     for ds in datasets:
-        for fam, ours in (("ddtree", "caddtree"), ("lookup-ddtree", "lookup-caddtree")):
+        for fam, ours in zip(TREE_METHODS, COST_METHODS):
             fixed = [(by[k]["ms_per_token"], _family(k[1])[1]) for k in by if k[0] == ds and _family(k[1])[0] == fam]
             if not fixed:
                 continue
@@ -514,7 +520,8 @@ def add_bench_parser(sub) -> None:
     b.add_argument("--datasets", default=ALL_DATASETS, help=f"comma list (default: {ALL_DATASETS})")
     b.add_argument("--methods", default=None,
                    help=f"comma list; bare numbers extend the last budget: {DEFAULT_METHODS} (default), "
-                        "also lookup-ddtree:B, lookup-caddtree, hf, hf-lookup, llamacpp")
+                        "also ddtree:B / caddtree with a drafter prefix lookup-, dflash-, mix- (e.g. mix-caddtree), "
+                        "hf, hf-lookup, llamacpp")
     b.add_argument("--num-prompts", type=int, default=None, help="first N prompts per dataset (default 10)")
     b.add_argument("--max-new-tokens", type=int, default=None, help="default 256")
     b.add_argument("--temperature", type=float, default=0.0)
@@ -588,8 +595,7 @@ def cmd_bench(args) -> None:
         # only prompts every method finished: medians and speed-ups then compare the same prompts
         records = [r for r in records if have[(r["dataset"], r["prompt_id"])] >= set(methods)]
     else:
-        records = run_bench(target, lambda kind: load_drafter_spec(args.drafter if kind == "auto" else "lookup",
-                                                                   target),
+        records = run_bench(target, lambda kind: load_drafter_spec(args.drafter if kind == "auto" else kind, target),
                             cost_model_for, prompts, methods, out, max_new, sampling, seed=args.seed,
                             turns=args.turns, part=part)
     records = [r for r in records if r["dataset"] in names and r["method"] in methods]

@@ -25,7 +25,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help=f"built-in name ({DEFAULT_TARGET}), local HF model dir, .gguf file, or hub id")
     p.add_argument("--drafter", default="auto",
                    help="'auto' (= 'lookup': measured fastest here, see results/), 'lookup' (prompt lookup), "
-                        "'dflash' (the shipped DFlash drafter for the target), or a DFlash drafter directory")
+                        "'dflash' (the shipped DFlash drafter for the target), a DFlash drafter directory, "
+                        "or either + '+lookup' (prompt lookup mixed into its marginals, e.g. dflash+lookup)")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
 
@@ -39,14 +40,20 @@ def add_method_args(p: argparse.ArgumentParser) -> None:
 
 
 def load_drafter_spec(spec: str, target):
-    """'auto' | 'lookup' | 'dflash' | drafter dir -> Drafter.
+    """'auto' | 'lookup' | 'dflash' | drafter dir, optionally '+lookup' ('dflash+lookup') -> Drafter.
 
     'auto' is the prompt-lookup drafter: on this project's CPU benchmark (results/bench-dflash-t0-full) the shipped
     DFlash drafter, trained for 3 hours on 2 cores, is still slower end to end than calibrated prompt lookup.
+    'X+lookup' mixes prompt lookup into drafter X's marginals (drafter.LookupMixtureDrafter).
     """
-    from caddtree.drafter import PromptLookupDrafter
+    from caddtree.drafter import LookupMixtureDrafter, PromptLookupDrafter
     if spec in ("auto", "lookup"):
         return PromptLookupDrafter(target.vocab_size)
+    if spec.endswith("+lookup"):
+        base = load_drafter_spec(spec[:-len("+lookup")], target)
+        if isinstance(base, PromptLookupDrafter):
+            raise CaddtreeError(f"--drafter {spec}: mix prompt lookup into a trained drafter, e.g. dflash+lookup")
+        return LookupMixtureDrafter(base, PromptLookupDrafter(target.vocab_size, num_positions=base.num_positions))
     if spec == "dflash":
         path = SHIPPED_DRAFTER.get(target.name)
         if path is None or not (path / "config.json").is_file():
@@ -55,7 +62,8 @@ def load_drafter_spec(spec: str, target):
         spec = str(path)
     from caddtree.dflash import load_drafter
     if not Path(spec).exists():
-        raise CaddtreeError(f"drafter not found: {spec} (give a DFlash drafter directory, 'auto' or 'lookup')")
+        raise CaddtreeError(f"drafter not found: {spec} (give a DFlash drafter directory, 'dflash', 'lookup', "
+                            f"'auto', or one of those + '+lookup')")
     return load_drafter(spec, target)
 
 

@@ -121,29 +121,66 @@ class PromptLookupDrafter(Drafter):
                 return found
         return []
 
-    def propose(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
-        L, V = self.num_positions, self.vocab_size
-        seq = tokens.tolist()
+    def votes(self, seq: list[int]) -> list[dict[int, int]]:
+        """Committed token ids -> per position {token: votes} ({} where no match reaches it). Scores the previous
+        proposal and registers this one for calibration, so call it exactly once per round."""
         self.calibration.observe(seq)
         conts = self._continuations(seq)
-        log_probs = torch.full((L, V), -math.log(V))
-        top: list[int | None] = []
-        for i in range(L):
+        out = []
+        for i in range(self.num_positions):
             votes: dict[int, int] = {}
             for c in conts:
                 if i < len(c):
                     votes[c[i]] = votes.get(c[i], 0) + 1
-            if not votes:
-                top.append(None)
+            out.append(votes)
+        # ties: the most recent match's token (inserted first)
+        self.calibration.expect(len(seq), [max(v, key=v.get) if v else None for v in out])
+        return out
+
+    def mix_into(self, votes: list[dict[int, int]], log_probs: torch.Tensor) -> torch.Tensor:
+        """Position i with votes: p_i = c_i * (votes shared by count) + (1 - c_i) * exp(log_probs[i]), c_i the
+        calibrated hit rate; other positions keep log_probs[i]. log_probs [L, V] -> [L, V]."""
+        out = log_probs.clone()
+        for i, v in enumerate(votes):
+            if not v:
                 continue
-            conf = self.calibrated(i)
-            total = sum(votes.values())
-            log_probs[i] = math.log((1.0 - conf) / V)
-            for tok, cnt in votes.items():
-                log_probs[i, tok] = math.log(conf * cnt / total + (1.0 - conf) / V)
-            top.append(max(votes, key=votes.get))  # ties: the most recent match's token (inserted first)
-        self.calibration.expect(len(seq), top)
-        return log_probs
+            conf, total = self.calibrated(i), sum(v.values())
+            vote_p = torch.zeros_like(out[i])
+            for tok, cnt in v.items():
+                vote_p[tok] = conf * cnt / total
+            out[i] = torch.logaddexp(out[i] + math.log1p(-conf), vote_p.log())
+        return out
+
+    def propose(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        L, V = self.num_positions, self.vocab_size
+        return self.mix_into(self.votes(tokens.tolist()), torch.full((L, V), -math.log(V)))
+
+
+class LookupMixtureDrafter(Drafter):
+    """A trained drafter with prompt lookup mixed in: where the context repeats (code, copied numbers, restated
+    problems) the n-gram continuation takes its calibrated share c_i of position i's mass and the trained drafter's
+    marginal the rest; elsewhere the trained drafter's marginal is used as is. One tree holds both proposals.
+    C_d is the sum of both drafters' costs (lookup: well under a millisecond)."""
+
+    def __init__(self, base: Drafter, lookup: PromptLookupDrafter):
+        if lookup.num_positions != base.num_positions:
+            raise ValueError(f"positions differ: base {base.num_positions}, lookup {lookup.num_positions}")
+        self.base, self.lookup = base, lookup
+        self.target_layers = list(base.target_layers)
+        self.num_positions = base.num_positions
+
+    @property
+    def fingerprint(self) -> str:  # the cost model's key: both parts' ids
+        from caddtree.profile import drafter_id
+        return f"{drafter_id(self.base)}+{drafter_id(self.lookup)}"
+
+    def reset(self, prompt_ids: torch.Tensor) -> None:
+        self.base.reset(prompt_ids)
+        self.lookup.reset(prompt_ids)
+
+    def propose(self, tokens: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
+        log_probs = self.base.propose(tokens, features)  # [L, V]
+        return self.lookup.mix_into(self.lookup.votes(tokens.tolist()), log_probs.float())
 
 
 def shrink_to_calibration(log_probs: torch.Tensor, calibration: OnlineCalibration) -> torch.Tensor:

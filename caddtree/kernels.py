@@ -1,11 +1,15 @@
-"""CPU linear layers with weights pre-packed once for oneDNN.
+"""CPU linear layers laid out for the row counts decoding uses.
 
 Why: verifying a tree multiplies every weight by a handful of rows (2-65), and PyTorch's default CPU GEMM re-packs
 the weight on each such call. On this project's 2-core machine (SmolLM2-135M fp32, 1 thread, 256-token cache, the
-other core busy) a 2-token forward took 111-133 ms against 69-74 ms for one token; with the weights packed once it
-took 89-94 ms, and 10-20% less from 3 to 33 tokens (3: 150-158 -> 110-113 ms, 33: 269-279 -> 221-259 ms).
-The 49k-row LM head gains most (2 rows: 22 -> 10 ms). A single row keeps PyTorch's GEMV (packed oneDNN is slower
-there), so plain decoding is unchanged. Reproduce with `python -m caddtree.kernels` (prints both columns).
+other core busy) a 2-token forward took 111-133 ms against 69-74 ms for one token; with the weights packed once for
+oneDNN it took 89-94 ms, and 10-20% less from 3 to 33 tokens (3: 150-158 -> 110-113 ms, 33: 269-279 -> 221-259 ms).
+One row (plain decoding, and every CaDDTree round that picks the empty tree) is fastest as `x @ W^T` with W^T stored
+contiguous ([in, out]): the weight is then streamed row after row instead of read as 576-float dot products. Same
+machine, other core idle, 300-token cache, interleaved medians: 1-token forward 56.0 -> 46.8 ms (LM head alone:
+8.0 -> 4.4 ms); 2 tokens 73.5 (packed) vs 72.7 ms; from 3 tokens on the packed weights win (77 vs 89 ms).
+So each linear keeps its weight transposed in place (the same Parameter, tied weights stay tied, no extra copy) plus
+the oneDNN-packed copy. Reproduce with `python -m caddtree.kernels` (default vs packed forwards).
 """
 from __future__ import annotations
 
@@ -16,27 +20,39 @@ import torch.nn.functional as F
 from torch import nn
 
 
+KERNELS = "packed2"  # in cost-profile keys: bump when the CPU kernels change, so no stale profile is reused
+
+
 def packing_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
 class PackedLinear(nn.Module):
-    """Drop-in for an inference-only `nn.Linear` on CPU; `weight`/`bias` stay the original (shared) tensors."""
+    """Drop-in for an inference-only `nn.Linear` on CPU. `weight` stays the same Parameter object (tied weights stay
+    tied) but its storage becomes W^T contiguous; multi-row calls use a oneDNN-packed copy."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         super().__init__()
-        self.weight, self.bias = weight, bias  # the same tensors: tied weights stay tied
+        self.weight, self.bias = weight, bias
         self.out_features, self.in_features = weight.shape
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+        w = weight.detach()
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), None)
+        if not w.t().is_contiguous():  # re-lay the storage once; already done if the weight is shared and packed
+            weight.data = w.t().contiguous().t()
 
     def __deepcopy__(self, memo):  # oneDNN's packed tensor has no storage to copy: re-pack the copied weight
         return PackedLinear(copy.deepcopy(self.weight, memo), copy.deepcopy(self.bias, memo))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if rows == 1 or x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled():
+        if x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled():
             return F.linear(x, self.weight, self.bias)
-        y = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), self.packed, self.bias, "none", [], "")
+        x2 = x.reshape(rows, x.shape[-1])
+        if rows == 1:
+            wt = self.weight.detach().t()  # [in, out] contiguous
+            y = x2 @ wt if self.bias is None else torch.addmm(self.bias, x2, wt)
+        else:
+            y = torch.ops.mkldnn._linear_pointwise(x2, self.packed, self.bias, "none", [], "")
         return y.reshape(*x.shape[:-1], self.out_features)
 
 
@@ -53,31 +69,32 @@ def pack_linears(module: nn.Module) -> int:
     return count
 
 
-def _compare(ctx: int = 256, sizes=(1, 2, 3, 5, 9, 17, 33, 65), reps: int = 11) -> None:
-    """Median forward ms of the built-in target, n new tokens on a ctx-token cache, default vs packed linears."""
+def _compare(ctx: int = 300, sizes=(1, 2, 3, 5, 9, 17, 33), reps: int = 12) -> None:
+    """Median forward ms of the built-in target, n new tokens on a ctx-token cache, default vs packed linears.
+    The two models alternate call by call, so a load drift of a shared machine hits both columns alike."""
     import time
 
     from caddtree.target import load_target
 
     torch.set_num_threads(1)
-
-    def run(target) -> list[float]:
-        ids = torch.randint(0, 1000, (ctx,))
-        out = []
+    targets = {"default": load_target(pack=False), "packed": load_target(pack=True)}
+    ids = torch.randint(0, 1000, (ctx,))
+    caches = {}
+    for name, target in targets.items():
+        caches[name] = target.new_cache()
+        target.forward(ids, caches[name])
+    times = {(name, n): [] for name in targets for n in sizes}
+    for _ in range(reps):
         for n in sizes:
-            times = []
-            for _ in range(reps):
-                cache = target.new_cache()
-                target.forward(ids, cache)
+            new = torch.randint(0, 1000, (n,))
+            for name, target in targets.items():
                 t0 = time.perf_counter()
-                target.forward(torch.randint(0, 1000, (n,)), cache)
-                times.append((time.perf_counter() - t0) * 1e3)
-            out.append(sorted(times)[reps // 2])
-        return out
-
-    plain, packed = run(load_target(pack=False)), run(load_target(pack=True))
+                target.forward(new, caches[name])
+                times[name, n].append((time.perf_counter() - t0) * 1e3)
+                caches[name].crop(-n)
     print("n tokens | default ms | packed ms")
-    for n, a, b in zip(sizes, plain, packed):
+    for n in sizes:
+        a, b = (sorted(times[name, n])[reps // 2] for name in targets)
         print(f"{n:8d} | {a:10.1f} | {b:9.1f}")
 
 

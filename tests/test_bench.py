@@ -12,7 +12,7 @@ from caddtree import bench
 from caddtree.accept import SamplingParams
 from caddtree.costmodel import check_cost_model, fit_cost_model
 from caddtree.datasets import DATASETS, MATH_SUFFIX, load_prompts
-from caddtree.drafter import PromptLookupDrafter
+from caddtree.drafter import LookupMixtureDrafter, PromptLookupDrafter
 from caddtree.errors import CaddtreeError
 from conftest import OracleDrafter, make_tiny_target
 
@@ -71,7 +71,9 @@ def test_parse_methods():
     assert bench.parse_methods("ar,ddtree:8,16,32,caddtree,lookup-ddtree:4,8,hf") == [
         "ar", "ddtree:8", "ddtree:16", "ddtree:32", "caddtree", "lookup-ddtree:4", "lookup-ddtree:8", "hf"]
     assert bench.parse_methods("caddtree@cd0.5,ar,ar") == ["caddtree@cd0.5", "ar"]
-    for bad in ("ar,8", "ddtree", "ddtree:0", "nope", "ar@cd2", "caddtree@x"):
+    assert bench.parse_methods("mix-caddtree,dflash-ddtree:4,8,mix-caddtree@cv2") == [
+        "mix-caddtree", "dflash-ddtree:4", "dflash-ddtree:8", "mix-caddtree@cv2"]
+    for bad in ("ar,8", "ddtree", "ddtree:0", "nope", "ar@cd2", "caddtree@x", "foo-caddtree", "mix-ar"):
         with pytest.raises(CaddtreeError):
             bench.parse_methods(bad)
 
@@ -124,10 +126,12 @@ def test_summary_and_oracle_on_synthetic_records(tmp_path):
 def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as on a clean install: the optional peer is missing
     target = make_tiny_target(vocab=64)
-    drafters = {"auto": OracleDrafter(target, seed=1), "lookup": PromptLookupDrafter(64)}
+    oracle = OracleDrafter(target, seed=2)
+    drafters = {"auto": OracleDrafter(target, seed=1), "lookup": PromptLookupDrafter(64),
+                "dflash+lookup": LookupMixtureDrafter(oracle, PromptLookupDrafter(64, oracle.num_positions))}
     cost = fit_cost_model(MEAS)
     encode = lambda text: torch.tensor([2 + ord(c) % 60 for c in text[:24]])  # noqa: E731
-    methods = bench.parse_methods("caddtree,ar,ddtree:4,lookup-ddtree:4,caddtree@cv2,hf,llamacpp")
+    methods = bench.parse_methods("caddtree,ar,ddtree:4,lookup-ddtree:4,caddtree@cv2,mix-caddtree,hf,llamacpp")
     run = lambda n: bench.run_bench(  # noqa: E731
         target, drafters.__getitem__, lambda d: cost, {d: load_prompts(d, n, data_dir=data_dir)
                                                          for d in ("gsm8k", "alpaca")},
@@ -135,12 +139,12 @@ def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, monkeypatch)
     recs = run(1)
     lines = (tmp_path / "out/records.jsonl").read_text().splitlines()
     ours = [r for r in recs if r["method"] not in bench.PEERS]
-    assert len(ours) == 2 * 5 and len(lines) == 2 * 6  # llamacpp (not installed here) is not written
+    assert len(ours) == 2 * 6 and len(lines) == 2 * 7  # llamacpp (not installed here) is not written
     assert all(r["match_ar"] is True for r in ours), [(r["method"], r.get("first_mismatch")) for r in ours]
     assert all(r["new_tokens"] >= 1 and r["ms_per_token"] > 0 for r in ours)
     spec = [r for r in ours if r["method"] != "ar"]
     assert all(len(r["tree_sizes"]) == r["rounds"] for r in spec)
-    assert {r["drafter"] for r in spec} == {"OracleDrafter", "PromptLookupDrafter"}
+    assert {r["drafter"] for r in spec} == {"OracleDrafter", "PromptLookupDrafter", "LookupMixtureDrafter"}
     hf = [r for r in recs if r["method"] == "hf"]
     assert len(hf) == 2 and all(r["match_ar"] is not None for r in hf)
     written = [json.loads(x) for x in lines]

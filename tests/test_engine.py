@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from caddtree.accept import SamplingParams
-from caddtree.drafter import PromptLookupDrafter
+from caddtree.drafter import LookupMixtureDrafter, PromptLookupDrafter
 from caddtree.engine import Decoder, commit_path, verify_tree
 from caddtree.errors import CaddtreeError
 from caddtree.tree import build_tree
@@ -20,7 +20,9 @@ def prompt(seed: int, length: int = 12, vocab: int = 64) -> torch.Tensor:
 def drafters(target, seed):
     return {"oracle": OracleDrafter(target, num_positions=5, seed=seed),
             "random": RandomDrafter(target.vocab_size, num_positions=4, seed=seed),
-            "lookup": PromptLookupDrafter(target.vocab_size, num_positions=6)}
+            "lookup": PromptLookupDrafter(target.vocab_size, num_positions=6),
+            "mix": LookupMixtureDrafter(RandomDrafter(target.vocab_size, num_positions=4, seed=seed),
+                                        PromptLookupDrafter(target.vocab_size, num_positions=4))}
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -168,6 +170,30 @@ def test_lookup_calibration_tracks_observed_acceptance():
     d.reset(None)
     lp = d.propose(torch.tensor(seq))
     assert lp[0].exp().max().item() < 0.35
+
+
+def test_lookup_mixture_moves_the_calibrated_share_onto_the_votes():
+    base = torch.log_softmax(torch.randn(3, 10, generator=torch.Generator().manual_seed(0)) * 2, -1)  # [L=3, V=10]
+
+    class Fixed(RandomDrafter):
+        def propose(self, tokens, features):
+            return base
+
+    look = PromptLookupDrafter(vocab_size=10, num_positions=3, confidence=0.8)
+    mix = LookupMixtureDrafter(Fixed(10, num_positions=3), look)
+    seq = [1, 2, 3, 1, 2]  # suffix [1, 2] seen before -> position 0 votes 3, position 1 votes 1, position 2 votes 2
+    lp = mix.propose(torch.tensor(seq), None)
+    assert torch.allclose(lp.exp().sum(-1), torch.ones(3), atol=1e-5)
+    p = base.exp()
+    assert lp[0, 3].exp().item() == pytest.approx(0.8 + 0.2 * p[0, 3].item(), abs=1e-5)
+    assert lp[0, 5].exp().item() == pytest.approx(0.2 * p[0, 5].item(), abs=1e-6)  # not voted: scaled base
+    assert lp[2, 2].exp().item() == pytest.approx(0.8 + 0.2 * p[2, 2].item(), abs=1e-5)
+    mix.reset(None)
+    lp = mix.propose(torch.tensor([4, 5, 6, 7]), None)  # no repeated n-gram: the base marginals untouched
+    assert torch.allclose(lp, base, atol=1e-6)
+    assert look.calibration._pending is not None  # the lookup part keeps calibrating inside the mixture
+    with pytest.raises(ValueError, match="positions"):
+        LookupMixtureDrafter(Fixed(10, num_positions=3), PromptLookupDrafter(10, num_positions=4))
 
 
 def test_profiling_does_not_change_the_lookup_calibration():

@@ -47,6 +47,8 @@ def test_shipped_drafter_is_lossless(smollm2):
     ids = smollm2.chat_ids(PROMPTS[1])
     expect = Decoder(smollm2).generate(ids, 32).tokens
     assert Decoder(smollm2, drafter, method="ddtree", budget=16).generate(ids, 32).tokens == expect
+    mix = load_drafter_spec("dflash+lookup", smollm2)  # the mixture, same prompt: still plain greedy's tokens
+    assert Decoder(smollm2, mix, method="ddtree", budget=16).generate(ids, 32).tokens == expect
 
 
 def test_bad_target_spec_is_one_line():
