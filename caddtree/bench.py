@@ -169,8 +169,9 @@ def run_llamacpp(target, ids: torch.Tensor, max_new_tokens: int, sampling, seed:
     llm.reset()
     out, stamps = [], []
     t0 = time.perf_counter()
-    for tok in llm.generate(prompt, top_k=1 if sampling.greedy else (sampling.top_k or 40), top_p=sampling.top_p,
-                            temp=sampling.temperature, reset=True):
+    # llama.cpp's own defaults (min_p 0.05) would truncate the law our engine and HF sample from: switch them off
+    for tok in llm.generate(prompt, top_k=1 if sampling.greedy else sampling.top_k, top_p=sampling.top_p, min_p=0.0,
+                            typical_p=1.0, repeat_penalty=1.0, temp=sampling.temperature, reset=True):
         stamps.append(time.perf_counter())  # token 1 comes after the prefill: time tokens 2..N from it
         out.append(int(tok))
         if len(out) >= max_new_tokens or tok in eos:

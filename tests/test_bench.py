@@ -207,3 +207,33 @@ def test_split_run_parts_cover_every_prompt_once_round_robin(tmp_path, data_dir,
     text = (tmp_path / "out/summary.md").read_text()
     assert "| gsm8k | ddtree:4 | 2 |" in text and "| math500 | ddtree:4 | 2 |" in text
     assert f"| {every[0]['dataset']} | ar | 2 |" in text  # the cut prompt is left out
+
+
+def test_llamacpp_peer_streams_until_eos_with_plain_sampling_settings(monkeypatch):
+    """The llama.cpp peer (a fake `llama_cpp` here): tokens until EOS or max_new_tokens, decode time from the stream,
+    and none of llama.cpp's own sampling defaults (min_p) left on."""
+    import types
+    calls = []
+
+    class FakeLlama:
+        def __init__(self, **kw):
+            self.kw = kw
+
+        def reset(self):
+            pass
+
+        def generate(self, tokens, **kw):
+            calls.append(kw)
+            yield from [11, 12, 13, 99, 14]
+
+    monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(Llama=FakeLlama))
+    monkeypatch.setattr(bench, "_LLAMA", {})
+    target = types.SimpleNamespace(name="/models/x.gguf", max_context=64, eos_ids={99})
+    r = bench.run_llamacpp(target, torch.tensor([1, 2, 3]), 10, SamplingParams(), seed=0)
+    assert r["tokens"] == [11, 12, 13, 99] and r["timed_tokens"] == 3 and r["decode_ms"] >= 0
+    assert calls[-1]["top_k"] == 1 and calls[-1]["min_p"] == 0.0
+    r = bench.run_llamacpp(target, torch.tensor([1, 2, 3]), 2, SamplingParams(temperature=1.0), seed=0)
+    assert r["tokens"] == [11, 12] and calls[-1]["top_k"] == 0 and calls[-1]["temp"] == 1.0
+    with pytest.raises(CaddtreeError, match="GGUF"):
+        bench.run_llamacpp(types.SimpleNamespace(name="some/hub-id", max_context=64, eos_ids=set()),
+                           torch.tensor([1]), 2, SamplingParams(), seed=0)
