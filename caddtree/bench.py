@@ -604,7 +604,7 @@ def cmd_bench(args) -> None:
     header = (f"# caddtree bench\n\ntarget `{target.name}`, drafter(s) {', '.join(drafters) or '–'}, "
               f"{num} prompts per dataset, {max_new} new tokens, temperature {args.temperature}, "
               f"{torch.get_num_threads()} torch threads. ms/token = decode time per output token, prefill excluded "
-              f"(peers: t(N tokens) - t(1 token) over N - 1); speed-up = median ms/token of `ar` / the method's.\n")
+              f"(HF peers: t(N tokens) - t(1 token) over N - 1; llama.cpp: its token stream, token 1 to N); speed-up = median ms/token of `ar` / the method's.\n")
     summary = summarize(records)
     text = write_summary(summary, out, header)
     write_plots(records, summary, out)

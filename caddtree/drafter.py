@@ -139,16 +139,24 @@ class PromptLookupDrafter(Drafter):
 
     def mix_into(self, votes: list[dict[int, int]], log_probs: torch.Tensor) -> torch.Tensor:
         """Position i with votes: p_i = c_i * (votes shared by count) + (1 - c_i) * exp(log_probs[i]), c_i the
-        calibrated hit rate; other positions keep log_probs[i]. log_probs [L, V] -> [L, V]."""
-        out = log_probs.clone()
+        calibrated hit rate; other positions keep log_probs[i]. log_probs [L, V] -> [L, V].
+        Only the voted entries need a log-sum; the rest of a row is a shift by log(1 - c_i) (a full-row logaddexp
+        would cost ~1 ms per row here), all rows in one batch of tensor ops."""
+        shift = [0.0] * len(votes)
+        rows, toks, mass = [], [], []  # one entry per voted (position, token)
         for i, v in enumerate(votes):
-            if not v:
-                continue
-            conf, total = self.calibrated(i), sum(v.values())
-            vote_p = torch.zeros_like(out[i])
-            for tok, cnt in v.items():
-                vote_p[tok] = conf * cnt / total
-            out[i] = torch.logaddexp(out[i] + math.log1p(-conf), vote_p.log())
+            if v:
+                conf, total = self.calibrated(i), sum(v.values())
+                shift[i] = math.log1p(-conf)
+                for tok, cnt in v.items():
+                    rows.append(i), toks.append(tok), mass.append(conf * cnt / total)
+        if not rows:
+            return log_probs
+        dev = log_probs.device
+        shift_t = torch.tensor(shift, dtype=log_probs.dtype, device=dev)  # [L]
+        r, t = torch.tensor(rows, device=dev), torch.tensor(toks, device=dev)
+        out = log_probs + shift_t[:, None]
+        out[r, t] = torch.logaddexp(out[r, t], torch.tensor(mass, dtype=log_probs.dtype, device=dev).log())
         return out
 
     def propose(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
