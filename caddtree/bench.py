@@ -177,8 +177,8 @@ def run_llamacpp(target, ids: torch.Tensor, max_new_tokens: int, sampling, seed:
         if len(out) >= max_new_tokens or tok in eos:
             break
     decode_ms = 1000 * (stamps[-1] - stamps[0]) if len(stamps) > 1 else 0.0
-    return {"tokens": out, "decode_ms": decode_ms, "timed_tokens": max(len(out) - 1, 1), "prefill_ms": 1000 * (stamps[0] - t0),
-            "timing": "streamed: time from token 1 to token N, per N-1 tokens"}
+    return {"tokens": out, "decode_ms": decode_ms, "timed_tokens": max(len(out) - 1, 1),
+            "prefill_ms": 1000 * (stamps[0] - t0), "timing": "streamed: time from token 1 to token N, per N-1 tokens"}
 
 
 # -------------------------------------------------------------------------------------------------------- the runs
@@ -224,8 +224,9 @@ def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[
               part: tuple[int, int] = (1, 1)) -> list[dict]:
     """Run every (dataset, prompt, method) not yet recorded in out_dir; returns all records of this config.
 
-    target: a loaded Target; drafter_for('auto' (= --drafter) or a --drafter spec) -> Drafter; cost_model_for(drafter) ->
-    CostModel; prompts: {dataset: [{id, prompt[, turns]}]}; encode(text) -> prompt ids (default target.chat_ids);
+    target: a loaded Target; drafter_for('auto' (= --drafter) or a --drafter spec) -> Drafter;
+    cost_model_for(drafter) -> CostModel; prompts: {dataset: [{id, prompt[, turns]}]}; encode(text) -> prompt ids
+    (default target.chat_ids);
     part (I, K): this process takes prompts I-1, I-1+K, ... of the round-robin order.
     """
     from tqdm import tqdm
@@ -604,7 +605,8 @@ def cmd_bench(args) -> None:
     header = (f"# caddtree bench\n\ntarget `{target.name}`, drafter(s) {', '.join(drafters) or '–'}, "
               f"{num} prompts per dataset, {max_new} new tokens, temperature {args.temperature}, "
               f"{torch.get_num_threads()} torch threads. ms/token = decode time per output token, prefill excluded "
-              f"(HF peers: t(N tokens) - t(1 token) over N - 1; llama.cpp: its token stream, token 1 to N); speed-up = median ms/token of `ar` / the method's.\n")
+              f"(HF peers: t(N tokens) - t(1 token) over N - 1; llama.cpp: its token stream, token 1 to N); "
+              f"speed-up = median ms/token of `ar` / the method's.\n")
     summary = summarize(records)
     text = write_summary(summary, out, header)
     write_plots(records, summary, out)

@@ -17,3 +17,18 @@ def test_bad_input_one_line(argv, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("caddtree: error:") and needle in err[0], err
+
+
+def test_drafter_specs():
+    from caddtree.cli import load_drafter_spec
+    from caddtree.drafter import PromptLookupDrafter
+    from caddtree.errors import CaddtreeError
+    from conftest import make_tiny_target
+    target = make_tiny_target(0)
+    assert isinstance(load_drafter_spec("auto", target), PromptLookupDrafter)
+    with pytest.raises(CaddtreeError, match="mix prompt lookup into a trained drafter"):
+        load_drafter_spec("lookup+lookup", target)
+    with pytest.raises(CaddtreeError, match="drafter not found: /no/such"):
+        load_drafter_spec("/no/such+lookup", target)
+    with pytest.raises(CaddtreeError, match="no shipped DFlash drafter"):
+        load_drafter_spec("dflash+lookup", target)
