@@ -42,9 +42,9 @@ def add_method_args(p: argparse.ArgumentParser) -> None:
 def load_drafter_spec(spec: str, target):
     """'auto' | 'lookup' | 'dflash' | drafter dir, optionally '+lookup' ('dflash+lookup') -> Drafter.
 
-    'auto' is the prompt-lookup drafter: on this project's CPU benchmark (results/bench-dflash-t0-full) the shipped
-    DFlash drafter, trained for 3 hours on 2 cores, is still slower end to end than calibrated prompt lookup.
-    'X+lookup' mixes prompt lookup into drafter X's marginals (drafter.LookupMixtureDrafter).
+    'auto' is the prompt-lookup drafter: on this project's CPU benchmark (results/bench-t0) it is the fastest on 6
+    of 8 datasets; the shipped DFlash drafter (3 hours of training on 2 cores) is slower alone and, mixed with
+    prompt lookup ('dflash+lookup', drafter.LookupMixtureDrafter), fastest on the other two (GSM8K, MBPP).
     """
     from caddtree.drafter import LookupMixtureDrafter, PromptLookupDrafter
     if spec in ("auto", "lookup"):

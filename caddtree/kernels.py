@@ -6,10 +6,11 @@ other core busy) a 2-token forward took 111-133 ms against 69-74 ms for one toke
 oneDNN it took 89-94 ms, and 10-20% less from 3 to 33 tokens (3: 150-158 -> 110-113 ms, 33: 269-279 -> 221-259 ms).
 One row (plain decoding, and every CaDDTree round that picks the empty tree) is fastest as `x @ W^T` with W^T stored
 contiguous ([in, out]): the weight is then streamed row after row instead of read as 576-float dot products. Same
-machine, other core idle, 300-token cache, interleaved medians: 1-token forward 56.0 -> 46.8 ms (LM head alone:
-8.0 -> 4.4 ms); 2 tokens 73.5 (packed) vs 72.7 ms; from 3 tokens on the packed weights win (77 vs 89 ms).
-So each linear keeps its weight transposed in place (the same Parameter, tied weights stay tied, no extra copy) plus
-the oneDNN-packed copy. Reproduce with `python -m caddtree.kernels` (default vs packed forwards).
+machine, 300-token cache, interleaved medians: 1-token forward 56.0 -> 46.8 ms with the other core idle (LM head
+alone: 8.0 -> 4.4 ms), 72.5 -> 66.9 ms with it busy (`python -m caddtree.kernels`); for 2 tokens W^T and the packed
+weights tie (72.7 vs 73.5 ms), from 3 tokens on the packed weights win (77 vs 89 ms).
+So each linear keeps its weight transposed in place (the same Parameter: tied weights stay tied, and the packed copy
+stays the only extra one). Reproduce with `python -m caddtree.kernels` (default vs packed forwards).
 """
 from __future__ import annotations
 
