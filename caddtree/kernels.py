@@ -46,14 +46,10 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled():
+        # one row: F.linear computes x @ weight.t(), which the W^T storage makes a contiguous [in, out] read
+        if rows == 1 or x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled():
             return F.linear(x, self.weight, self.bias)
-        x2 = x.reshape(rows, x.shape[-1])
-        if rows == 1:
-            wt = self.weight.detach().t()  # [in, out] contiguous
-            y = x2 @ wt if self.bias is None else torch.addmm(self.bias, x2, wt)
-        else:
-            y = torch.ops.mkldnn._linear_pointwise(x2, self.packed, self.bias, "none", [], "")
+        y = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), self.packed, self.bias, "none", [], "")
         return y.reshape(*x.shape[:-1], self.out_features)
 
 
