@@ -5,6 +5,7 @@ The engine never calls HF `generate`: plain decoding, tree verification and prof
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from caddtree.errors import CaddtreeError
 from caddtree.kernels import pack_linears
@@ -38,6 +40,9 @@ class Target:
     fingerprint: str = ""  # identifies the weights (drafters and cost profiles are tied to it)
     hidden_layers: list[int] = field(default_factory=list)  # layer ids whose outputs `forward` returns
     packed: bool = False  # CPU linears pre-packed for multi-row calls (caddtree.kernels)
+
+    def __post_init__(self):
+        use_grouped_attention(self.model)
 
     @property
     def config(self):
@@ -70,8 +75,13 @@ class Target:
         return ids
 
     def new_cache(self):
+        """A DynamicCache whose full-attention layers grow in place (`GrowingLayer`)."""
         from transformers import DynamicCache
-        return DynamicCache(config=self.config)
+        from transformers.cache_utils import DynamicLayer
+        cache = DynamicCache(config=self.config)
+        grow = growing_layer_class()
+        cache.layers = [grow() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+        return cache
 
     @torch.inference_mode()
     def forward(self, input_ids, cache, position_ids=None, attn_mask=None):
@@ -126,6 +136,78 @@ def compact_cache(cache, start: int, keep: torch.Tensor) -> None:
             t = getattr(layer, name)  # [B, heads, S, d]
             t[..., start:start + k, :] = t.index_select(-2, keep)
             setattr(layer, name, t[..., :start + k, :])
+
+
+# ------------------------------------------------------------------------------------- KV cache and attention kernels
+
+@functools.cache
+def growing_layer_class():
+    """The `GrowingLayer` class (it subclasses a transformers class, so it is built on first use: lazy import)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        """DynamicLayer whose keys/values are views of a buffer with spare room, so appending n tokens copies n rows.
+
+        Why: DynamicLayer concatenates, i.e. copies the whole cache of every layer at every forward; for SmolLM2 at a
+        300-token context that was ~10 ms of a ~60 ms decoding step, growing with the context. `crop` and
+        `compact_cache` keep working on the views (they shorten `keys`/`values`; the buffer is reused)."""
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+                self.buf_k = self.buf_v = None
+            n_old, n = self.keys.shape[-2] if self.keys.dim() == 4 else 0, key_states.shape[-2]
+            if not self._is_prefix(n_old + n):
+                cap = max(2 * (n_old + n), 256)
+                shape = (*key_states.shape[:-2], cap, key_states.shape[-1])
+                buf_k = key_states.new_empty(shape)
+                buf_v = value_states.new_empty((*shape[:-1], value_states.shape[-1]))
+                if n_old:
+                    buf_k[..., :n_old, :], buf_v[..., :n_old, :] = self.keys, self.values
+                self.buf_k, self.buf_v = buf_k, buf_v
+            self.buf_k[..., n_old:n_old + n, :] = key_states
+            self.buf_v[..., n_old:n_old + n, :] = value_states
+            self.keys, self.values = self.buf_k[..., :n_old + n, :], self.buf_v[..., :n_old + n, :]
+            return self.keys, self.values
+
+        def _is_prefix(self, need: int) -> bool:
+            """keys/values are still prefix views of the buffers and the buffers can hold `need` rows."""
+            b = self.buf_k
+            return (b is not None and need <= b.shape[-2] and self.keys.data_ptr() == b.data_ptr()
+                    and self.values.data_ptr() == self.buf_v.data_ptr() and self.keys.stride() == b.stride())
+
+    return GrowingLayer
+
+
+def grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """SDPA for grouped-query attention under an explicit mask (tree verification, multi-token steps) without
+    repeating the KV heads: query [b, h, n, d] is regrouped as [b, g, (h/g)·n, d] against key/value [b, g, L, d], each
+    mask row repeated per query head of its group. Transformers' SDPA path copies the whole KV cache to h heads in this
+    case (SmolLM2, 300-token context: ~10 ms of a 2-token forward). Other cases go to transformers' SDPA as is."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    b, h, n, d = query.shape
+    g = key.shape[1]
+    if attention_mask is None or n == 1 or g == h or dropout or kwargs.get("position_bias") is not None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    r, L = h // g, key.shape[2]
+    mask = attention_mask[..., -n:, -L:].expand(b, 1, n, L)
+    if mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill_(~mask, float("-inf"))
+    out = F.scaled_dot_product_attention(query.reshape(b, g, r * n, d), key, value, attn_mask=mask.repeat(1, 1, r, 1),
+                                         scale=scaling)  # [b, g, r*n, d]
+    return out.reshape(b, h, n, d).transpose(1, 2).contiguous(), None
+
+
+def use_grouped_attention(model) -> None:
+    """Switch a model running transformers' SDPA attention to `grouped_sdpa` (same results, no KV-head copies)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+    if getattr(model.config, "_attn_implementation", None) != "sdpa" or not hasattr(model, "set_attn_implementation"):
+        return
+    AttentionInterface.register("caddtree_sdpa", grouped_sdpa)
+    ALL_MASK_ATTENTION_FUNCTIONS.register("caddtree_sdpa", sdpa_mask)  # masks built exactly as for "sdpa"
+    model.set_attn_implementation("caddtree_sdpa")
 
 
 def _builtin_gguf(name: str) -> Path:

@@ -1,0 +1,54 @@
+"""Target forward internals: grouped-query attention without KV-head copies, and the in-place growing KV cache."""
+import torch
+from transformers import DynamicCache
+
+from caddtree.engine import commit_path, verify_tree
+from caddtree.tree import build_tree
+from conftest import make_tiny_target
+
+
+def _tree(vocab: int, n: int, seed: int = 0):
+    lp = torch.log_softmax(3 * torch.randn(5, vocab, generator=torch.Generator().manual_seed(seed)), -1)
+    return build_tree(lp, n)
+
+
+def test_grouped_attention_matches_transformers_sdpa():
+    ours, ref = make_tiny_target(4), make_tiny_target(4)
+    assert ours.model.config._attn_implementation == "caddtree_sdpa"
+    ref.model.set_attn_implementation("sdpa")  # transformers' own path (repeats the KV heads)
+    ids = torch.randint(2, 64, (20,), generator=torch.Generator().manual_seed(1))
+    tree = _tree(ours.vocab_size, 9)
+    out = []
+    for t in (ours, ref):
+        cache = t.new_cache()
+        t.forward(ids[:-1], cache)
+        tree_logits, _ = verify_tree(t, cache, int(ids[-1]), tree)   # explicit tree mask
+        cache.crop(-(len(tree) + 1))
+        step_logits, _ = t.forward(ids[:3], cache)                      # 3-token causal step on a cache
+        out.append((tree_logits, step_logits))
+    for a, b in zip(*out):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_growing_cache_equals_dynamic_cache():
+    t = make_tiny_target(5)
+    ids = torch.randint(2, 64, (30,), generator=torch.Generator().manual_seed(2))
+    grow, plain = t.new_cache(), DynamicCache(config=t.config)
+    assert type(grow.layers[0]).__name__ == "GrowingLayer"
+    for cache in (grow, plain):
+        t.forward(ids[:10], cache)
+        tree = _tree(t.vocab_size, 7)
+        verify_tree(t, cache, int(ids[10]), tree)
+        commit_path(cache, 10, [0, 1], t.device)          # compaction shortens the views
+        t.forward(ids[11:14], cache)
+        cache.crop(-2)
+        t.forward(ids[14:20], cache)
+    ptr = grow.layers[0].keys.data_ptr()
+    for g, p in zip(grow.layers, plain.layers):
+        assert torch.equal(g.keys, p.keys) and torch.equal(g.values, p.values)
+    t.forward(ids[20:21], grow)
+    assert grow.layers[0].keys.data_ptr() == ptr  # appended in place, no copy of the cache
+    a, _ = t.forward(ids[21:25], grow)
+    t.forward(ids[20:21], plain)
+    b, _ = t.forward(ids[21:25], plain)
+    assert torch.allclose(a, b, atol=1e-5)
