@@ -10,6 +10,7 @@ Methods: `ar` (plain decoding, our engine), `ddtree:B` (fixed tree budget B, the
 budget, the --drafter); a prefix picks another drafter for the same two: `lookup-` (prompt lookup), `dflash-` (the
 shipped DFlash drafter), `mix-` (DFlash + prompt lookup, `--drafter dflash+lookup`), e.g. `lookup-caddtree`;
 `caddtree@cd0.5` / `@cd2` / `@cv0.5` / `@cv2` (cost model perturbed: C_d, or the C_v slope in n, scaled; --perturb),
+`caddtree@nogate` (a two-stage drafter such as `mix` runs both stages every round: no `budget.DraftGate`),
 peers `hf` / `hf-lookup` (Hugging Face `generate`, plain / prompt_lookup_num_tokens=10) and `llamacpp`
 (llama-cpp-python on the same GGUF, if importable).
 
@@ -68,9 +69,9 @@ def parse_methods(spec: str) -> list[str]:
             last = None
             base, _, pert = name.partition("@")
             if arg or base not in ("ar", *COST_METHODS, *PEERS) or (pert and (
-                    base not in COST_METHODS or pert not in PERTURB)):
+                    base not in COST_METHODS or pert not in (*PERTURB, "nogate"))):
                 raise CaddtreeError(f"--methods: unknown method '{tok}' (ar, ddtree:B, caddtree, "
-                                    f"caddtree@{{{','.join(PERTURB)}}}, the same with a drafter prefix "
+                                    f"caddtree@{{{','.join(PERTURB)},nogate}}, the same with a drafter prefix "
                                     f"{'-, '.join(DRAFTER_PREFIX)}- (e.g. lookup-caddtree), hf, hf-lookup, llamacpp)")
         if tok not in out:
             out.append(tok)
@@ -80,7 +81,7 @@ def parse_methods(spec: str) -> list[str]:
 
 
 def perturb_cost_model(model, draft_scale: float = 1.0, slope_scale: float = 1.0):
-    """A copy of `model` with C_d scaled and the C_v slope in n scaled above n = 1 (C_v(0), the plain step, and
+    """A copy of `model` with C_d (both stages' of a two-stage drafter) scaled and the C_v slope in n scaled above n = 1 (C_v(0), the plain step, and
     C_v(1) kept): C_v'(n) = C_v(1) + s (C_v(n) - C_v(1)); the ℓ-extrapolation slopes get the same map."""
     from caddtree.costmodel import CostModel, check_cost_model
     v = model.verify.copy()
@@ -88,7 +89,8 @@ def perturb_cost_model(model, draft_scale: float = 1.0, slope_scale: float = 1.0
     v = np.maximum.accumulate(v, axis=0)  # keep it non-decreasing in ℓ
     s = model.verify_slope.copy()
     s[1:] = s[1:2] + slope_scale * (s[1:] - s[1:2])
-    out = CostModel(model.ctxs, v, s, model.draft * draft_scale, model.overhead.copy(),
+    cheap = None if model.cheap_draft is None else model.cheap_draft * draft_scale
+    out = CostModel(model.ctxs, v, s, model.draft * draft_scale, model.overhead.copy(), cheap,
                     measurements=model.measurements, provenance={**model.provenance, "perturbed": {
                         "draft_scale": draft_scale, "verify_slope_scale": slope_scale}})
     problem = check_cost_model(out)
@@ -110,9 +112,9 @@ def _decoder(method: str, target, drafter_for, cost_model_for):
     if base in TREE_METHODS:
         return Decoder(target, drafter, "ddtree", budget=int(arg)), desc
     cm = cost_model_for(drafter)
-    if pert:
+    if pert in PERTURB:
         cm = perturb_cost_model(cm, *PERTURB[pert])
-    return Decoder(target, drafter, "caddtree", cost_model=cm), desc
+    return Decoder(target, drafter, "caddtree", cost_model=cm, gate=pert != "nogate"), desc
 
 
 # ------------------------------------------------------------------------------------------------------------ peers
@@ -329,7 +331,8 @@ def _run_one(m, target, ids, max_new_tokens, sampling, seed, decoder) -> dict:
                decode_ms=res.decode_ms, draft_ms=sum(r.draft_ms for r in res.rounds),
                verify_ms=sum(r.verify_ms for r in res.rounds),
                overhead_ms=sum(r.build_ms + r.compact_ms for r in res.rounds),
-               build_ms=sum(r.build_ms for r in res.rounds))  # tree build + budget choice: the policy's own cost
+               build_ms=sum(r.build_ms for r in res.rounds),  # tree build + budget choice: the policy's own cost
+               second_stage_rounds=None if dec.gate is None else sum(bool(r.second_stage) for r in res.rounds))
     return rec
 
 
@@ -368,6 +371,9 @@ def summarize(records: list[dict]) -> dict:
                 "tree_size_mean": float(np.mean(sizes)) if sizes else None,
                 "tree_size_std": float(np.std(sizes)) if sizes else None,
                 "match": sum(matched), "compared": len(matched),
+                "second_stage_share": (sum(r["second_stage_rounds"] for r in rs) / rounds
+                                       if rounds and all(r.get("second_stage_rounds") is not None for r in rs)
+                                       else None),
                 "drafter": next((r.get("drafter") for r in rs if r.get("drafter")), None), "note": ""})
     oracle = []
     by = {(r["dataset"], r["method"]): r for r in rows if r["n"]}
@@ -401,6 +407,8 @@ def write_summary(summary: dict, out_dir, header: str = "") -> str:
             md.append(f"| {r['dataset']} | {r['method']} | 0 | – | – | – | – | {r['note']} |")
             continue
         ts = "–" if r["tree_size_mean"] is None else f"{r['tree_size_mean']:.1f} ± {r['tree_size_std']:.1f}"
+        if r.get("second_stage_share") is not None:  # two-stage drafter under the draft gate
+            ts += f" (stage 2 in {100 * r['second_stage_share']:.0f}% of rounds)"
         match = f"{r['match']}/{r['compared']}" if r["compared"] else "–"
         md.append(f"| {r['dataset']} | {r['method']} | {r['n']} | {r['ms_per_token']:.2f} | "
                   f"{_f(r['speedup'], '{:.2f}x')} | {_f(r['tau'])} | {ts} | {match} |")
@@ -420,7 +428,7 @@ def write_summary(summary: dict, out_dir, header: str = "") -> str:
     text = "\n".join(md) + "\n"
     (out_dir / "summary.md").write_text(text)
     keys = ["dataset", "method", "n", "ms_per_token", "speedup", "tau", "tree_size_mean", "tree_size_std", "match",
-            "compared", "drafter", "note"]
+            "compared", "drafter", "second_stage_share", "note"]
     with open(out_dir / "summary.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys + ["oracle_budget", "oracle_ms_per_token", "ratio_to_oracle"],
                            extrasaction="ignore")

@@ -33,17 +33,18 @@ class BudgetChoice:
         return 1000.0 * (1.0 + self.phi) / self.predicted_ms
 
 
-def choose_tree_size(log_weights, cost: CostModel, ctx: int, n_min: int = 0, n_max: int | None = None
-                     ) -> BudgetChoice:
+def choose_tree_size(log_weights, cost: CostModel, ctx: int, n_min: int = 0, n_max: int | None = None,
+                     draft_ms: float | None = None) -> BudgetChoice:
     """log_weights [N] best-first (non-increasing) log prefix weights -> the θ-maximising tree size.
 
     0 <= n_min <= n <= min(N, cost.max_nodes, n_max). `ctx` is ℓ, the KV-cache length the verify runs on.
+    draft_ms: this round's C_d if not the cost model's (e.g. a two-stage drafter's first stage alone).
     """
     lw = log_weights.detach().cpu().numpy() if hasattr(log_weights, "detach") else np.asarray(log_weights)
     cap = min(len(lw), cost.max_nodes, len(lw) if n_max is None else n_max)
     delta = np.exp(lw[:cap].astype(np.float64))
     cv = cost.verify_curve(ctx)[:cap + 1]                    # C_v(0..cap)
-    base = cost.draft_ms(ctx) + cost.overhead_ms(ctx)
+    base = (cost.draft_ms(ctx) if draft_ms is None else draft_ms) + cost.overhead_ms(ctx)
     phi = np.concatenate(([0.0], np.cumsum(delta)))          # Φ_0..Φ_cap
     theta = (1.0 + phi) / (base + cv)                        # θ_0..θ_cap
     grow = delta > theta[:-1] * np.diff(cv)                  # step n -> n+1 pays off
@@ -53,3 +54,42 @@ def choose_tree_size(log_weights, cost: CostModel, ctx: int, n_min: int = 0, n_m
     if n_min == 0 and theta[0] >= theta[n]:                  # ... against the plain step
         n = 0
     return BudgetChoice(n, float(phi[n]), float(base + cv[n]))
+
+
+class DraftGate:
+    """Draft-or-skip for a two-stage drafter: a cheap first proposal q1 (prompt lookup, ~0.4 ms) and a costly one q2
+    on top (the trained drafter + lookup, ~15 ms on this project's CPU, paid before any tree is chosen).
+
+    CaDDTree maximises θ = (1 + Φ) / (C_d + C_v) over the tree; this extends the choice to C_d itself. Each round
+    θ1, the best θ with q1 alone (C_d = the first stage's), is known before paying for stage 2; θ2 is not. The gate
+    keeps, per band of the ratio θ1 / θ0 (θ0: a plain step's θ), the running mean of the gain θ2 - θ1 observed in the
+    rounds where it ran stage 2 (both are the policy's own predictions, from the calibrated marginals and the cost
+    model), and runs stage 2 only where that mean is positive: e.g. on chat text the trained drafter rarely pays its
+    cost, and where the lookup already has a long confident match it adds little. A band that skips keeps being
+    re-checked every `explore_every` rounds, and each band runs stage 2 for its first `warmup` rounds, so the gate
+    follows a change of text. Only the draft changes, never the output.
+    """
+
+    def __init__(self, bands=(1.05, 1.3, 1.7), memory: float = 0.9, explore_every: int = 8, warmup: int = 3):
+        self.bands, self.memory, self.explore_every, self.warmup = tuple(bands), memory, explore_every, warmup
+        k = len(self.bands) + 1
+        self.gain = [0.0] * k     # running mean of θ2 - θ1 per band (tokens per ms)
+        self.seen = [0] * k       # rounds per band where stage 2 ran
+        self.skipped = [0] * k    # rounds skipped in a row per band
+
+    def band(self, theta1: float, theta0: float) -> int:
+        return int(np.searchsorted(self.bands, theta1 / max(theta0, 1e-12), side="right"))
+
+    def run_rest(self, band: int) -> bool:
+        """Whether to pay for stage 2 this round."""
+        if self.seen[band] < self.warmup or self.gain[band] > 0.0 or self.skipped[band] + 1 >= self.explore_every:
+            self.skipped[band] = 0
+            return True
+        self.skipped[band] += 1
+        return False
+
+    def observe(self, band: int, theta1: float, theta2: float) -> None:
+        """Stage 2 ran: record its predicted gain over stage 1 alone."""
+        g = theta2 - theta1
+        self.gain[band] = g if self.seen[band] == 0 else self.memory * self.gain[band] + (1 - self.memory) * g
+        self.seen[band] += 1

@@ -39,6 +39,7 @@ class CostModel:
     verify_slope: np.ndarray  # [n_max + 1] dC_v/dℓ beyond the last ctx, ms per token (>= 0, same shape rules)
     draft: np.ndarray        # [len(ctxs)] fitted C_d(ctx), ms
     overhead: np.ndarray     # [len(ctxs)] fitted per-round overhead, ms
+    cheap_draft: np.ndarray | None = None  # [len(ctxs)] C_d of a two-stage drafter's first stage alone (or None)
     measurements: dict = field(default_factory=dict)  # raw data the fit came from (saved for audit/refit)
     provenance: dict = field(default_factory=dict)
 
@@ -48,6 +49,8 @@ class CostModel:
         self.verify_slope = np.asarray(self.verify_slope, dtype=np.float64)
         self.draft = np.asarray(self.draft, dtype=np.float64)
         self.overhead = np.asarray(self.overhead, dtype=np.float64)
+        if self.cheap_draft is not None:
+            self.cheap_draft = np.asarray(self.cheap_draft, dtype=np.float64)
 
     @property
     def max_nodes(self) -> int:
@@ -84,6 +87,13 @@ class CostModel:
 
     def draft_ms(self, ctx: float) -> float:
         return float(self._ctx_blend(self.draft, self._scalar_slope(self.draft), ctx))
+
+    def cheap_draft_ms(self, ctx: float) -> float:
+        """C_d of the first stage alone of a two-stage drafter (`drafter.LookupMixtureDrafter`); its full C_d if the
+        profile did not measure one."""
+        if self.cheap_draft is None:
+            return self.draft_ms(ctx)
+        return float(self._ctx_blend(self.cheap_draft, self._scalar_slope(self.cheap_draft), ctx))
 
     def overhead_ms(self, ctx: float) -> float:
         return float(self._ctx_blend(self.overhead, self._scalar_slope(self.overhead), ctx))
@@ -133,7 +143,8 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
     """Fit a CostModel to measurements:
 
         {"ns": [0, 1, n_2, ..., n_max] (increasing, must start 0, 1), "ctxs": [ℓ_1, ...] (increasing),
-         "verify_ms": [[ms per n] per ctx], "draft_ms": [ms per ctx], "overhead_ms": float or [ms per ctx]}
+         "verify_ms": [[ms per n] per ctx], "draft_ms": [ms per ctx], "overhead_ms": float or [ms per ctx],
+         optional "cheap_draft_ms": [ms per ctx] (first stage of a two-stage drafter)}
 
     (extra keys are kept). See the module docstring for the n/ℓ rules.
     """
@@ -143,13 +154,16 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
         V = np.asarray(measurements["verify_ms"], dtype=np.float64)
         D = np.broadcast_to(np.asarray(measurements["draft_ms"], dtype=np.float64), (len(ctxs),))
         O = np.broadcast_to(np.asarray(measurements.get("overhead_ms", 0.0), dtype=np.float64), (len(ctxs),))
+        Dc = measurements.get("cheap_draft_ms")
+        Dc = None if Dc is None else np.broadcast_to(np.asarray(Dc, dtype=np.float64), (len(ctxs),))
     except (KeyError, TypeError, ValueError) as e:
         raise CaddtreeError(f"cost measurements are malformed ({e}): re-run `caddtree profile`") from None
     if ns[:2] not in ([0], [0, 1]) or np.any(np.diff(ns) <= 0) or not ctxs or np.any(np.diff(ctxs) <= 0):
         raise CaddtreeError("cost measurements need an increasing n grid starting 0, 1 (root-only and one-node "
                             "forwards) and an increasing ctx grid: re-run `caddtree profile`")
     if V.shape != (len(ctxs), len(ns)) or not (np.all(np.isfinite(V)) and np.all(np.isfinite(D))
-                                               and np.all(np.isfinite(O))):
+                                               and np.all(np.isfinite(O))
+                                               and (Dc is None or np.all(np.isfinite(Dc)))):
         raise CaddtreeError(f"cost measurements: verify_ms must be finite [ctxs x ns] = [{len(ctxs)} x {len(ns)}], "
                             f"got {list(V.shape)}: re-run `caddtree profile`")
     grid = np.arange(ns[-1] + 1)
@@ -168,7 +182,8 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
             slope[1:] = np.maximum(_shape_fit(grid[1:], raw[1:] / unit, convex=True, relative=False) * unit, 0.0)
             slope[0] = min(raw[0], slope[1])
     mono = (lambda v: np.maximum.accumulate(_shape_fit(ctxs, v, convex=False)))
-    return CostModel(ctxs, rows, slope, mono(D), mono(O), measurements=dict(measurements),
+    return CostModel(ctxs, rows, slope, mono(D), mono(O), None if Dc is None else mono(Dc),
+                     measurements=dict(measurements),
                      provenance=dict(provenance or {}))
 
 
@@ -177,9 +192,11 @@ def check_cost_model(model: CostModel) -> str | None:
     V, s = model.verify, model.verify_slope
     scale = _TOL * max(1.0, float(np.max(np.abs(V))) if V.size else 1.0)
     if V.ndim != 2 or V.shape[0] != len(model.ctxs) or V.shape[1] < 1 or s.shape != (V.shape[1],) \
-            or model.draft.shape != (len(model.ctxs),) or model.overhead.shape != (len(model.ctxs),):
+            or model.draft.shape != (len(model.ctxs),) or model.overhead.shape != (len(model.ctxs),) \
+            or (model.cheap_draft is not None and model.cheap_draft.shape != (len(model.ctxs),)):
         return "fit arrays have inconsistent shapes"
-    if not all(np.all(np.isfinite(a)) for a in (V, s, model.draft, model.overhead)):
+    extra = () if model.cheap_draft is None else (model.cheap_draft,)
+    if not all(np.all(np.isfinite(a)) for a in (V, s, model.draft, model.overhead, *extra)):
         return "fit has non-finite values"
     if np.any(np.diff(model.ctxs) <= 0):
         return "ctx grid is not increasing"
@@ -188,7 +205,7 @@ def check_cost_model(model: CostModel) -> str | None:
     if np.any(np.diff(V, axis=0) < -scale) or np.any(s < -scale) or np.any(np.diff(s) < -scale) \
             or np.any(np.diff(s[1:], n=2) < -scale):
         return "verify cost is not non-decreasing in context length (or its extrapolation is not convex)"
-    if np.any(np.diff(model.draft) < -scale) or np.any(np.diff(model.overhead) < -scale):
+    if any(np.any(np.diff(a) < -scale) for a in (model.draft, model.overhead, *extra)):
         return "draft/overhead cost is not non-decreasing in context length"
     return None
 
@@ -201,7 +218,8 @@ def save_cost_model(model: CostModel, path) -> Path:
     doc = {"format": FORMAT, "provenance": model.provenance, "measurements": model.measurements,
            "fit": {"ctxs": model.ctxs, "verify_ms": model.verify.tolist(), "verify_slope_ms_per_token":
                    model.verify_slope.tolist(), "draft_ms": model.draft.tolist(),
-                   "overhead_ms": model.overhead.tolist()}}
+                   "overhead_ms": model.overhead.tolist(),
+                   **({} if model.cheap_draft is None else {"cheap_draft_ms": model.cheap_draft.tolist()})}}
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1, default=_jsonable))
     tmp.replace(path)  # atomic: an interrupted save never leaves a corrupt profile behind
@@ -236,7 +254,8 @@ def load_cost_model(path, target_fingerprint: str | None = None, drafter_id: str
     try:
         fit = doc["fit"]
         model = CostModel(fit["ctxs"], fit["verify_ms"], fit["verify_slope_ms_per_token"], fit["draft_ms"],
-                          fit["overhead_ms"], measurements=doc.get("measurements") or {}, provenance=prov)
+                          fit["overhead_ms"], fit.get("cheap_draft_ms"), measurements=doc.get("measurements") or {},
+                          provenance=prov)
     except (KeyError, TypeError, ValueError) as e:
         raise CaddtreeError(f"cost profile {path} is corrupt (bad fit: {type(e).__name__} {e}): {redo}") from None
     problem = check_cost_model(model)

@@ -168,7 +168,11 @@ class LookupMixtureDrafter(Drafter):
     """A trained drafter with prompt lookup mixed in: where the context repeats (code, copied numbers, restated
     problems) the n-gram continuation takes its calibrated share c_i of position i's mass and the trained drafter's
     marginal the rest; elsewhere the trained drafter's marginal is used as is. One tree holds both proposals.
-    C_d is the sum of both drafters' costs (lookup: well under a millisecond)."""
+    C_d is the sum of both drafters' costs (lookup: well under a millisecond).
+
+    Two stages, so a policy can skip the costly one (`budget.DraftGate`): `propose_cheap` (lookup alone), then either
+    `propose_rest` (the mix) or `skip_rest` (the trained drafter only keeps the round's features for its next call).
+    `propose` is both stages in one call."""
 
     def __init__(self, base: Drafter, lookup: PromptLookupDrafter):
         if lookup.num_positions != base.num_positions:
@@ -176,6 +180,7 @@ class LookupMixtureDrafter(Drafter):
         self.base, self.lookup = base, lookup
         self.target_layers = list(base.target_layers)
         self.num_positions = base.num_positions
+        self._votes, self._pending = None, []
 
     @property
     def fingerprint(self) -> str:  # the cost model's key: both parts' ids
@@ -185,10 +190,31 @@ class LookupMixtureDrafter(Drafter):
     def reset(self, prompt_ids: torch.Tensor) -> None:
         self.base.reset(prompt_ids)
         self.lookup.reset(prompt_ids)
+        self._votes, self._pending = None, []
+
+    def propose_cheap(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Stage 1: prompt lookup alone (uniform where it has no vote) -> log_probs [L, V]."""
+        self._votes = self.lookup.votes(tokens.tolist())
+        L, V = self.num_positions, self.lookup.vocab_size
+        return self.lookup.mix_into(self._votes, torch.full((L, V), -math.log(V)))
+
+    def skip_rest(self, features: torch.Tensor | None) -> None:
+        """Stage 2 skipped this round: keep the features for the trained drafter's next call."""
+        if features is not None:
+            self._pending.append(features)
+
+    def propose_rest(self, tokens: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
+        """Stage 2, after `propose_cheap` in the same round: the trained drafter's marginals with the votes mixed in."""
+        if features is not None:
+            self._pending.append(features)
+        feats = torch.cat(self._pending) if self._pending else None
+        self._pending = []
+        log_probs = self.base.propose(tokens, feats)  # [L, V]
+        return self.lookup.mix_into(self._votes, log_probs.float())
 
     def propose(self, tokens: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
-        log_probs = self.base.propose(tokens, features)  # [L, V]
-        return self.lookup.mix_into(self.lookup.votes(tokens.tolist()), log_probs.float())
+        self._votes = self.lookup.votes(tokens.tolist())
+        return self.propose_rest(tokens, features)
 
 
 def shrink_to_calibration(log_probs: torch.Tensor, calibration: OnlineCalibration) -> torch.Tensor:

@@ -2,6 +2,9 @@
 
     drafter marginals -> tree builder + budget policy -> tree verification -> acceptance -> cache compaction
 
+(With CaDDTree and a two-stage drafter, the marginals come in two steps: the cheap stage's tree is priced first and
+the costly stage runs only where `budget.DraftGate` expects it to raise the expected tokens per second.)
+
 Invariant between rounds: the target's KV cache holds every committed token except the last one (the root), which
 is the first token of the next verify forward. Plain decoding is the same loop with an empty tree (`method="ar"`),
 so the baseline runs the same forward, cache and precision as the speculative methods.
@@ -14,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from caddtree.accept import SamplingParams, accept_walk, target_choices
-from caddtree.budget import choose_tree_size
+from caddtree.budget import DraftGate, choose_tree_size
 from caddtree.drafter import Drafter
 from caddtree.errors import CaddtreeError
 from caddtree.target import Target, compact_cache
@@ -35,6 +38,7 @@ class RoundStats:
     compact_ms: float = 0.0  # acceptance walk + cache compaction
     predicted_phi: float | None = None  # CaDDTree: expected accepted draft tokens of the chosen tree
     predicted_ms: float | None = None   # CaDDTree: the cost model's round time for the chosen tree
+    second_stage: bool | None = None    # two-stage drafter under CaDDTree: whether the gate ran the costly stage
 
     @property
     def round_ms(self) -> float:
@@ -107,11 +111,12 @@ class Decoder:
 
     method "ar": plain decoding (no drafter); "ddtree": best-first tree of `budget` nodes every round;
     "caddtree": best-first tree of up to `cost_model.max_nodes` nodes, cut each round where expected tokens per
-    second stop rising (`caddtree.budget.choose_tree_size`).
+    second stop rising (`caddtree.budget.choose_tree_size`); with a two-stage drafter (`propose_cheap`) and `gate`,
+    its costly stage runs only in rounds where `caddtree.budget.DraftGate` expects it to raise that rate.
     """
 
     def __init__(self, target: Target, drafter: Drafter | None = None, method: str = "ar", budget: int = 32,
-                 cost_model=None):
+                 cost_model=None, gate: bool = True):
         if method not in METHODS:
             raise CaddtreeError(f"unknown method '{method}': choose one of {', '.join(METHODS)}")
         if method != "ar" and drafter is None:
@@ -123,6 +128,9 @@ class Decoder:
         self.target, self.drafter, self.method = target, drafter, method
         self.budget = cost_model.max_nodes if method == "caddtree" else budget
         self.cost_model = cost_model
+        # CaDDTree with a two-stage drafter also decides, per round, whether its costly stage is worth drafting
+        two_stage = hasattr(drafter, "propose_cheap")
+        self.gate = DraftGate() if gate and method == "caddtree" and two_stage else None
 
     def _check(self, prompt_len: int, max_new_tokens: int) -> None:
         if max_new_tokens <= 0:
@@ -137,17 +145,48 @@ class Decoder:
             raise CaddtreeError(f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) exceeds the context "
                                 f"window ({limit}): lower --max-new-tokens to {limit - prompt_len}")
 
-    def _draft_tree(self, tokens: torch.Tensor, feats, ctx: int, room: int, stats: RoundStats) -> Tree:
-        device = self.target.device
-        t0 = _now(device)
-        log_probs = self.drafter.propose(tokens, feats)  # [L, V]
-        t1 = _now(device)
+    def _choose(self, log_probs: torch.Tensor, ctx: int, room: int, draft_ms: float | None = None):
+        """Marginals [L, V] -> (tree, BudgetChoice or None): the best-first tree, cut by CaDDTree's rule."""
         tree = build_tree(log_probs[:room], self.budget)  # depth capped so no token lands past the budget
-        if self.method == "caddtree":
-            choice = choose_tree_size(tree.log_weights, self.cost_model, ctx)
-            tree = tree.prefix(choice.n)
+        if self.method != "caddtree":
+            return tree, None
+        choice = choose_tree_size(tree.log_weights, self.cost_model, ctx, draft_ms=draft_ms)
+        return tree.prefix(choice.n), choice
+
+    def _draft_tree(self, tokens: torch.Tensor, feats, ctx: int, room: int, stats: RoundStats) -> Tree:
+        device, cost = self.target.device, self.cost_model
+        clock = [_now(device)]
+
+        def lap() -> float:  # ms since the previous lap
+            t = _now(device)
+            ms, clock[0] = 1000 * (t - clock[0]), t
+            return ms
+
+        if self.gate is None:
+            log_probs = self.drafter.propose(tokens, feats)  # [L, V]
+            stats.draft_ms = lap()
+            tree, choice = self._choose(log_probs, ctx, room)
+            stats.build_ms = lap()
+        else:  # two-stage drafter: the first stage's tree, and the second stage only where the gate expects a gain
+            c1 = cost.cheap_draft_ms(ctx)
+            log_probs = self.drafter.propose_cheap(tokens)
+            stats.draft_ms = lap()
+            tree, choice = self._choose(log_probs, ctx, room, draft_ms=c1)
+            theta1 = (1 + choice.phi) / choice.predicted_ms
+            band = self.gate.band(theta1, 1 / (c1 + cost.overhead_ms(ctx) + cost.verify_ms(0, ctx)))
+            stats.build_ms = lap()
+            stats.second_stage = self.gate.run_rest(band)
+            if stats.second_stage:
+                log_probs = self.drafter.propose_rest(tokens, feats)
+                stats.draft_ms += lap()
+                tree, choice = self._choose(log_probs, ctx, room)
+                self.gate.observe(band, theta1, (1 + choice.phi) / choice.predicted_ms)
+                stats.build_ms += lap()
+            else:
+                self.drafter.skip_rest(feats)
+                stats.draft_ms += lap()
+        if choice is not None:
             stats.predicted_phi, stats.predicted_ms = float(choice.phi), float(choice.predicted_ms)
-        stats.draft_ms, stats.build_ms = 1000 * (t1 - t0), 1000 * (_now(device) - t1)
         return tree
 
     @torch.inference_mode()

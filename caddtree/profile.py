@@ -4,7 +4,8 @@ Per context length ℓ (KV cache prefilled with random tokens):
 - C_v(n; ℓ): `engine.verify_tree` on a best-first tree of n nodes built from random marginals (real ancestor mask,
   root counted; n = 0 is the plain decoding step), cache cropped back after each call;
 - C_d(ℓ): one steady-state `drafter.propose` call that feeds only a few new tokens' features (LM head included);
-  the drafter's context grows by those few tokens per call, negligible against ℓ;
+  the drafter's context grows by those few tokens per call, negligible against ℓ; for a two-stage drafter also the
+  first stage alone (`propose_cheap` + `skip_rest`), which the engine's draft gate prices;
 - overhead(ℓ): tree build at the full budget + `choose_tree_size` + acceptance walk + cache compaction
   (`target.compact_cache`, O(accepted) copies). It is charged to every round, though an n = 0 round compacts
   nothing: slightly pessimistic for plain steps.
@@ -127,7 +128,7 @@ def profile_costs(target, drafter, ns, ctxs, repeats: int = 3, warmup: int = 1, 
     mid = trees[ns[len(ns) // 2]]  # the tree whose acceptance + compaction is timed
     times = np.zeros((warmup + repeats, len(ctxs), len(ns)))
     over = np.zeros((warmup + repeats, len(ctxs)))
-    draft = np.zeros(len(ctxs))
+    draft, cheap = np.zeros(len(ctxs)), np.zeros(len(ctxs))
     bar = tqdm(total=len(ctxs) * (warmup + repeats) * (len(ns) + 2), desc="profiling costs", disable=not progress,
                unit="run", file=sys.stderr)
     try:
@@ -137,7 +138,7 @@ def profile_costs(target, drafter, ns, ctxs, repeats: int = 3, warmup: int = 1, 
             ids = torch.randint(0, V, (ctx + 1,), generator=g).to(device)
             cache = target.new_cache()
             feats = _prefill(target, cache, ids[:-1])
-            draft[len(caches)] = _draft_ms(target, drafter, ids, feats, warmup, repeats, g, bar)
+            draft[len(caches)], cheap[len(caches)] = _draft_ms(target, drafter, ids, feats, warmup, repeats, g, bar)
             caches.append((cache, int(ids[-1])))
         bar.set_description("profiling costs")
         # sweep the whole (ctx, n) grid once per repeat: load changes on a shared machine hit every cell alike
@@ -168,12 +169,14 @@ def profile_costs(target, drafter, ns, ctxs, repeats: int = 3, warmup: int = 1, 
     ms = lambda a, f: (1000 * f(a[warmup:], axis=0)).round(3).tolist()  # noqa: E731
     return {"ns": ns, "ctxs": ctxs, "verify_ms": ms(times, np.median), "draft_ms": draft.round(3).tolist(),
             "overhead_ms": ms(over, np.median), "verify_min_ms": ms(times, np.min), "new_tokens_per_draft": NEW_TOKENS,
-            "repeats": repeats, "warmup": warmup}
+            "repeats": repeats, "warmup": warmup,
+            **({"cheap_draft_ms": cheap.round(3).tolist()} if hasattr(drafter, "propose_cheap") else {})}
 
 
-def _draft_ms(target, drafter, ids, feats, warmup, repeats, g, bar) -> float:
+def _draft_ms(target, drafter, ids, feats, warmup, repeats, g, bar) -> tuple[float, float]:
     """Steady-state drafting at context len(ids) - 1: reset + one full call (untimed), then calls that each add
-    NEW_TOKENS committed tokens and their target features.
+    NEW_TOKENS committed tokens and their target features. Returns (C_d, C_d of the first stage alone): a two-stage
+    drafter (`propose_cheap`) times its first stage in the same loop, else the second figure is 0.
 
     Timed on a copy: drafters may learn from what they see (prompt lookup calibrates its confidence against the
     committed tokens), and random profiling tokens must not teach the drafter used for generation."""
@@ -184,16 +187,22 @@ def _draft_ms(target, drafter, ids, feats, warmup, repeats, g, bar) -> float:
     drafter.reset(tokens)
     drafter.propose(tokens, feats)
     width = feats.shape[-1] if feats is not None else 0
-    times = []
+    two_stage = hasattr(drafter, "propose_cheap")
+    times, cheap = [], []
     for r in range(warmup + repeats):
-        tokens = torch.cat([tokens, torch.randint(0, target.vocab_size, (NEW_TOKENS,), generator=g).to(device)])
-        new_feats = torch.randn(NEW_TOKENS, width, generator=g).to(device, target.dtype) if width else None
-        t0 = _now(device)
-        drafter.propose(tokens, new_feats)
-        if r >= warmup:
-            times.append(_now(device) - t0)
+        for stage in ("full", "cheap") if two_stage else ("full",):
+            tokens = torch.cat([tokens, torch.randint(0, target.vocab_size, (NEW_TOKENS,), generator=g).to(device)])
+            new_feats = torch.randn(NEW_TOKENS, width, generator=g).to(device, target.dtype) if width else None
+            t0 = _now(device)
+            if stage == "full":
+                drafter.propose(tokens, new_feats)
+            else:  # the first stage, then the second stage skipped (it keeps the features for later)
+                drafter.propose_cheap(tokens)
+                drafter.skip_rest(new_feats)
+            if r >= warmup:
+                (times if stage == "full" else cheap).append(_now(device) - t0)
         bar.update()
-    return 1000 * float(np.median(times))
+    return 1000 * float(np.median(times)), 1000 * float(np.median(cheap)) if cheap else 0.0
 
 
 def ensure_cost_model(target, drafter, path=None, preset: str = "coarse", progress: bool = True,

@@ -131,3 +131,29 @@ def test_choice_is_fast(ref_model):
         choose_tree_size(lw, ref_model, 1000)
         times.append(time.perf_counter() - t)
     assert np.median(times) < 1e-3, np.median(times)
+
+
+def test_draft_ms_override_equals_a_model_with_that_draft_cost():
+    rng = np.random.default_rng(3)
+    cv = np.r_[10.0, 12.0 + np.cumsum(np.sort(rng.uniform(0.1, 2.0, 32)))[:32]]
+    lw = torch.log(torch.sort(torch.rand(32), descending=True).values)
+    a = choose_tree_size(lw, CostModel([1], cv[None], np.zeros(33), [15.0], [1.0]), 1, draft_ms=0.5)
+    b = choose_tree_size(lw, CostModel([1], cv[None], np.zeros(33), [0.5], [1.0]), 1)
+    assert (a.n, a.phi, a.predicted_ms) == (b.n, b.phi, b.predicted_ms)
+
+
+def test_draft_gate_warms_up_skips_losing_bands_and_rechecks_them():
+    from caddtree.budget import DraftGate
+    gate = DraftGate(bands=(1.05, 1.3), explore_every=4, warmup=2)
+    assert [gate.band(t, 1.0) for t in (0.9, 1.0, 1.1, 1.3, 5.0)] == [0, 0, 1, 2, 2]
+    for _ in range(2):  # warm-up: stage 2 runs and reports a loss in band 0, a gain in band 2
+        assert gate.run_rest(0) and gate.run_rest(2)
+        gate.observe(0, theta1=1.0, theta2=0.8)
+        gate.observe(2, theta1=1.0, theta2=1.2)
+    runs = [gate.run_rest(0) for _ in range(12)]
+    assert runs == [False, False, False, True] * 3  # skipped, re-checked every 4th round
+    assert all(gate.run_rest(2) for _ in range(5)) and gate.run_rest(1)  # a gaining band and an unseen one run
+    for _ in range(30):  # the text changes: stage 2 starts paying in band 0, and the gate follows
+        if gate.run_rest(0):
+            gate.observe(0, 1.0, 1.5)
+    assert gate.gain[0] > 0 and gate.run_rest(0)

@@ -219,3 +219,18 @@ def test_drafter_id_ignores_run_state():
     d.ctx_len, d.kv = 123, [torch.zeros(2)]
     assert profile.drafter_id(d) == before != profile.drafter_id(Stateful(4))
     assert profile.drafter_id(PromptLookupDrafter(100)) != profile.drafter_id(PromptLookupDrafter(100, confidence=0.5))
+
+
+def test_two_stage_draft_cost_is_fitted_saved_and_loaded(tmp_path):
+    meas = {"ns": [0, 1, 2, 4], "ctxs": [128, 1024], "verify_ms": [[50, 70, 75, 85], [60, 80, 88, 99]],
+            "draft_ms": [15.0, 16.0], "overhead_ms": 1.0, "cheap_draft_ms": [0.3, 0.9]}
+    m = fit_cost_model(meas)
+    assert m.cheap_draft_ms(128) == pytest.approx(0.3) and m.cheap_draft_ms(576) == pytest.approx(0.6)
+    assert m.draft_ms(128) == pytest.approx(15.0)
+    back = load_cost_model(save_cost_model(m, tmp_path / "c.json"))
+    assert np.allclose(back.cheap_draft, m.cheap_draft)
+    one = fit_cost_model({k: v for k, v in meas.items() if k != "cheap_draft_ms"})
+    assert one.cheap_draft is None and one.cheap_draft_ms(500) == one.draft_ms(500)  # one stage: C_d itself
+    bad = dict(meas, cheap_draft_ms=[0.3, float("nan")])
+    with pytest.raises(CaddtreeError, match="finite"):
+        fit_cost_model(bad)

@@ -221,3 +221,74 @@ def test_online_calibration_counts_chains_and_shrinks_overconfident_rows():
     assert torch.allclose(out[0], lp[0], atol=1e-6) and torch.allclose(out[2], lp[2], atol=1e-6)  # ratio >= 1: kept
     top = lp[1].exp().max()
     assert out[1].exp().max().item() == pytest.approx(top.item() / 1.9 + (1 - 1 / 1.9) / 20, rel=1e-4)
+
+
+class FeatureLog(RandomDrafter):
+    """Random marginals; remembers the feature rows it was given (a trained drafter must see each exactly once)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.target_layers, self.rows = [0], 0
+
+    def reset(self, prompt_ids):
+        self.rows = 0
+
+    def propose(self, tokens, features):
+        self.rows += 0 if features is None else features.shape[0]
+        assert self.rows == tokens.shape[0] - 1, "features of every committed token but the root, exactly once"
+        return super().propose(tokens, features)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("stage2_ms", [0.2, 50.0])
+def test_gated_two_stage_caddtree_is_exact_and_skips_where_stage_two_does_not_pay(seed, stage2_ms):
+    import numpy as np
+
+    from caddtree.costmodel import CostModel
+    target = make_tiny_target(seed)
+    p = prompt(seed, 16)
+    expect = reference_greedy(target, p, 40)
+    cv = np.r_[10.0, 10.0 + 0.5 * np.arange(1, 17)]  # C_v(n) for n = 0..16
+    cost = CostModel([1], cv[None], np.zeros(17), [stage2_ms], [0.0], cheap_draft=[0.1])
+    mix = LookupMixtureDrafter(FeatureLog(target.vocab_size, num_positions=4, seed=seed),
+                               PromptLookupDrafter(target.vocab_size, num_positions=4))
+    dec = Decoder(target, mix, method="caddtree", cost_model=cost)
+    assert dec.gate is not None and Decoder(target, mix, "caddtree", cost_model=cost, gate=False).gate is None
+    ran = []
+    for _ in range(2):  # the gate keeps what it learned across generations
+        out = dec.generate(p, 40)
+        assert out.tokens == expect
+        assert all(isinstance(r.second_stage, bool) for r in out.rounds[:-1])  # the last round may have no room
+        ran += [r.second_stage for r in out.rounds if r.second_stage is not None]
+    if stage2_ms == 50.0:  # costs 5 plain steps: after its warm-up the gate skips, re-checking every 8th round
+        assert 0 < sum(ran) < len(ran) / 2, ran
+
+
+def test_two_stage_mixture_equals_one_call():
+    target = make_tiny_target(0)
+    toks = prompt(0, 20)
+    feats = torch.randn(19, 8)
+    one = LookupMixtureDrafter(FeatureLog(target.vocab_size, 4, seed=1), PromptLookupDrafter(target.vocab_size, 4))
+    two = LookupMixtureDrafter(FeatureLog(target.vocab_size, 4, seed=1), PromptLookupDrafter(target.vocab_size, 4))
+    one.reset(toks), two.reset(toks)
+    a = one.propose(toks[:15], feats[:14])
+    two.propose_cheap(toks[:12])
+    two.skip_rest(feats[:11])       # stage 2 skipped: its features wait for the next call
+    two.propose_cheap(toks[:15])
+    b = two.propose_rest(toks[:15], feats[11:14])
+    assert torch.allclose(a, b)
+    cheap = two.propose_cheap(toks[:16])
+    assert torch.allclose(cheap, PromptLookupDrafter(target.vocab_size, 4).propose(toks[:16]))
+
+
+def test_profile_times_both_stages_of_a_two_stage_drafter():
+    from caddtree.costmodel import fit_cost_model
+    from caddtree.profile import profile_costs
+    target = make_tiny_target(0)
+    mix = LookupMixtureDrafter(FeatureLog(target.vocab_size, 4), PromptLookupDrafter(target.vocab_size, 4))
+    meas = profile_costs(target, mix, ns=[0, 1, 2], ctxs=[16, 32], repeats=2, warmup=1, progress=False)
+    assert len(meas["cheap_draft_ms"]) == 2 and all(v > 0 for v in meas["cheap_draft_ms"])
+    assert fit_cost_model(meas).cheap_draft is not None
+    one = profile_costs(target, PromptLookupDrafter(target.vocab_size, 4), ns=[0, 1], ctxs=[16], repeats=1,
+                        warmup=0, progress=False)
+    assert "cheap_draft_ms" not in one
