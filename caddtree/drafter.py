@@ -39,10 +39,14 @@ class OnlineCalibration:
     position i counts as a trial only if positions < i were right (what a chain of accepted tokens sees).
     `rate(i)` is the Beta(prior) mean of the hit rate; `ratio(i)` = hits / sum of predicted top probabilities, with
     `prior_strength` pseudo-trials at ratio 1. Only the tree's shape depends on this, never the output.
+    Old trials fade by `memory` per new trial at the same position (~1 / (1 - memory) trials remembered), so the rates
+    follow the text at hand: a drafter's hit rate on chat is a fraction of its rate on math, and one calibration
+    serves every prompt of a run.
     """
 
-    def __init__(self, num_positions: int, prior_rate: float = 0.8, prior_strength: float = 4.0):
-        self.prior_rate, self.prior_strength = prior_rate, prior_strength
+    def __init__(self, num_positions: int, prior_rate: float = 0.8, prior_strength: float = 4.0,
+                 memory: float = 0.97):
+        self.prior_rate, self.prior_strength, self.memory = prior_rate, prior_strength, memory
         self.hits = [0] * num_positions
         self.trials = [0] * num_positions
         self.predicted = [0.0] * num_positions  # sum of the top token's probability over the trials
@@ -69,8 +73,10 @@ class OnlineCalibration:
         for i, (tok, p) in enumerate(zip(top, probs)):
             if tok is None or start + i >= len(seq):
                 break
-            self.trials[i] += 1
-            self.predicted[i] += p
+            m = self.memory
+            self.trials[i] = m * self.trials[i] + 1
+            self.predicted[i] = m * self.predicted[i] + p
+            self.hits[i] *= m
             if seq[start + i] != tok:
                 break
             self.hits[i] += 1

@@ -111,7 +111,8 @@ class Decoder:
 
     method "ar": plain decoding (no drafter); "ddtree": best-first tree of `budget` nodes every round;
     "caddtree": best-first tree of up to `cost_model.max_nodes` nodes, cut each round where expected tokens per
-    second stop rising (`caddtree.budget.choose_tree_size`); with a two-stage drafter (`propose_cheap`) and `gate`,
+    second stop rising (`caddtree.budget.choose_tree_size`); with a two-stage drafter (`propose_cheap`) whose cost
+    profile times its first stage, and `gate`,
     its costly stage runs only in rounds where `caddtree.budget.DraftGate` expects it to raise that rate.
     """
 
@@ -129,7 +130,7 @@ class Decoder:
         self.budget = cost_model.max_nodes if method == "caddtree" else budget
         self.cost_model = cost_model
         # CaDDTree with a two-stage drafter also decides, per round, whether its costly stage is worth drafting
-        two_stage = hasattr(drafter, "propose_cheap")
+        two_stage = hasattr(drafter, "propose_cheap") and getattr(cost_model, "cheap_draft", None) is not None
         self.gate = DraftGate() if gate and method == "caddtree" and two_stage else None
 
     def _check(self, prompt_len: int, max_new_tokens: int) -> None:

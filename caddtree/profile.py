@@ -222,6 +222,9 @@ def ensure_cost_model(target, drafter, path=None, preset: str = "coarse", progre
     if path.is_file() and not force:
         try:
             model = load_cost_model(path, target_fingerprint=target.fingerprint, drafter_id=did)
+            if hasattr(drafter, "propose_cheap") and model.cheap_draft is None:
+                raise CaddtreeError(f"cost profile {path} has no first-stage draft cost for this two-stage drafter: "
+                                    f"re-run `caddtree profile`")
             print(f"cost model: loaded {path} (profiled {model.provenance.get('date', '?')}, "
                   f"max {model.max_nodes} nodes)", file=sys.stderr)
             return model

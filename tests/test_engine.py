@@ -292,3 +292,21 @@ def test_profile_times_both_stages_of_a_two_stage_drafter():
     one = profile_costs(target, PromptLookupDrafter(target.vocab_size, 4), ns=[0, 1], ctxs=[16], repeats=1,
                         warmup=0, progress=False)
     assert "cheap_draft_ms" not in one
+
+
+def test_calibration_follows_a_change_of_text():
+    from caddtree.drafter import OnlineCalibration
+    c = OnlineCalibration(1, prior_strength=1.0, memory=0.9)
+    for k in range(200):  # a long run where the top token was always right ...
+        c.expect(k, [1], [0.5])
+        c.observe([0] * k + [1])
+    assert c.rate(0) > 0.95
+    for k in range(30):   # ... then text where it is always wrong: the rate follows within a few dozen trials
+        c.expect(k, [1], [0.5])
+        c.observe([0] * (k + 1))
+    assert c.rate(0) < 0.15  # (hits 10·0.9^30 + prior 0.8) / (10 + 1)
+    never = OnlineCalibration(1, prior_strength=1.0, memory=1.0)  # no forgetting: plain counts
+    for k in range(10):
+        never.expect(k, [1], [0.5])
+        never.observe([0] * k + [1 if k < 5 else 0])
+    assert (never.trials, never.hits) == ([10], [5])
