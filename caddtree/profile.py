@@ -11,7 +11,8 @@ Per context length ℓ (KV cache prefilled with random tokens):
   nothing: slightly pessimistic for plain steps.
 Every figure is the median over repeats after warm-up (minima kept too, for audit). All ctx caches are prefilled first
 and the whole (ℓ, n) grid is swept once per repeat, so load drifts of a shared machine hit every cell alike instead
-of bending the curves.
+of bending the curves. C_v and the overhead belong to the target and the device: they are measured once into a
+shared verify profile and every drafter's cost model is built on it (only C_d is measured per drafter).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import json
 import platform
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -76,7 +78,8 @@ def _cpu_name() -> str:
 
 def provenance(target, drafter, preset: str | None = None) -> dict:
     import transformers
-    return {"target_fingerprint": target.fingerprint, "target": target.name, "drafter_id": drafter_id(drafter),
+    return {"target_fingerprint": target.fingerprint, "target": target.name,
+            "drafter_id": "verify" if drafter is None else drafter_id(drafter),
             "device": device_label(target), "cpu": _cpu_name(), "machine": platform.machine(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "transformers": transformers.__version__, "python": platform.python_version(), "dtype": str(target.dtype),
@@ -100,9 +103,13 @@ def _crop_to(cache, ctx: int) -> None:
 
 
 @torch.inference_mode()
-def profile_costs(target, drafter, ns, ctxs, repeats: int = 3, warmup: int = 1, progress: bool = True,
-                  seed: int = 0) -> dict:
-    """Measure C_v over ns x ctxs, C_d and the overhead per ctx (median ms). Returns `fit_cost_model` input."""
+def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress: bool = True, seed: int = 0,
+                   depth: int = 8) -> dict:
+    """The target's side of the cost model: C_v over ns x ctxs and the per-round overhead per ctx (median ms).
+
+    Measured once per (target, device) and shared by every drafter, so two drafters are never priced on two noisy
+    measurements of the same forward. Run without feature outputs (hidden_layers = []): asking for them only keeps
+    references to layer outputs and concatenates a few rows."""
     from tqdm import tqdm
 
     from caddtree.accept import SamplingParams, accept_walk, target_choices
@@ -112,35 +119,31 @@ def profile_costs(target, drafter, ns, ctxs, repeats: int = 3, warmup: int = 1, 
 
     ns = sorted({0, *map(int, ns)})
     n_max = ns[-1]
-    limit = target.max_context - n_max - NEW_TOKENS * (warmup + repeats) - 2
+    # room for the draft timing too: each of its calls adds NEW_TOKENS tokens, twice for a two-stage drafter
+    limit = target.max_context - n_max - 2 * NEW_TOKENS * (warmup + repeats) - 2
     ctxs = sorted({min(int(c), limit) for c in ctxs})
     if ctxs[0] < 1:
         raise CaddtreeError(f"context window {target.max_context} too small to profile {n_max} tree nodes")
     device, V = target.device, target.vocab_size
     g = torch.Generator().manual_seed(seed)
     saved_layers = target.hidden_layers
-    target.hidden_layers = list(drafter.target_layers)  # as the engine runs it for speculative methods
-    depth = max(int(getattr(drafter, "num_positions", 0) or 0), 1) if n_max else 1
+    target.hidden_layers = []
     flat = CostModel([1], np.ones((1, n_max + 1)), np.zeros(n_max + 1), [0.0], [0.0])  # for timing the stop rule
-    lp = torch.log_softmax(torch.randn(depth, V, generator=g) * 3.0, dim=-1)
+    lp = torch.log_softmax(torch.randn(depth if n_max else 1, V, generator=g) * 3.0, dim=-1)
     full = build_tree(lp, n_max) if n_max else Tree.empty()
     trees = {n: full.prefix(n) for n in ns}
     mid = trees[ns[len(ns) // 2]]  # the tree whose acceptance + compaction is timed
     times = np.zeros((warmup + repeats, len(ctxs), len(ns)))
     over = np.zeros((warmup + repeats, len(ctxs)))
-    draft, cheap = np.zeros(len(ctxs)), np.zeros(len(ctxs))
-    bar = tqdm(total=len(ctxs) * (warmup + repeats) * (len(ns) + 2), desc="profiling costs", disable=not progress,
-               unit="run", file=sys.stderr)
+    bar = tqdm(total=len(ctxs) * (warmup + repeats) * (len(ns) + 1), desc="profiling verify cost",
+               disable=not progress, unit="run", file=sys.stderr)
     try:
         caches = []  # one prefilled KV cache per ctx, kept together so every sweep below covers the whole grid
         for ctx in ctxs:
-            bar.set_description(f"profiling costs (prefill ℓ={ctx})")
             ids = torch.randint(0, V, (ctx + 1,), generator=g).to(device)
             cache = target.new_cache()
-            feats = _prefill(target, cache, ids[:-1])
-            draft[len(caches)], cheap[len(caches)] = _draft_ms(target, drafter, ids, feats, warmup, repeats, g, bar)
+            _prefill(target, cache, ids[:-1])
             caches.append((cache, int(ids[-1])))
-        bar.set_description("profiling costs")
         # sweep the whole (ctx, n) grid once per repeat: load changes on a shared machine hit every cell alike
         for r in range(warmup + repeats):
             for ci, (ctx, (cache, root)) in enumerate(zip(ctxs, caches)):
@@ -167,13 +170,37 @@ def profile_costs(target, drafter, ns, ctxs, repeats: int = 3, warmup: int = 1, 
         target.hidden_layers = saved_layers
         bar.close()
     ms = lambda a, f: (1000 * f(a[warmup:], axis=0)).round(3).tolist()  # noqa: E731
-    return {"ns": ns, "ctxs": ctxs, "verify_ms": ms(times, np.median), "draft_ms": draft.round(3).tolist(),
-            "overhead_ms": ms(over, np.median), "verify_min_ms": ms(times, np.min), "new_tokens_per_draft": NEW_TOKENS,
-            "repeats": repeats, "warmup": warmup,
-            **({"cheap_draft_ms": cheap.round(3).tolist()} if hasattr(drafter, "propose_cheap") else {})}
+    return {"ns": ns, "ctxs": ctxs, "verify_ms": ms(times, np.median), "overhead_ms": ms(over, np.median),
+            "verify_min_ms": ms(times, np.min), "repeats": repeats, "warmup": warmup}
 
 
-def _draft_ms(target, drafter, ids, feats, warmup, repeats, g, bar) -> tuple[float, float]:
+@torch.inference_mode()
+def profile_draft(target, drafter, ctxs, repeats: int = 3, warmup: int = 1, seed: int = 0) -> dict:
+    """The drafter's side: C_d per ctx (median ms), and its first stage's alone for a two-stage drafter."""
+    g = torch.Generator().manual_seed(seed + 1)
+    saved_layers = target.hidden_layers
+    target.hidden_layers = list(drafter.target_layers)  # as the engine runs it for speculative methods
+    draft, cheap = [], []
+    try:
+        for ctx in ctxs:
+            ids = torch.randint(0, target.vocab_size, (ctx + 1,), generator=g).to(target.device)
+            feats = _prefill(target, target.new_cache(), ids[:-1])
+            d, c = _draft_ms(target, drafter, ids, feats, warmup, repeats, g)
+            draft.append(round(d, 3)), cheap.append(round(c, 3))
+    finally:
+        target.hidden_layers = saved_layers
+    return {"draft_ms": draft, "new_tokens_per_draft": NEW_TOKENS,
+            **({"cheap_draft_ms": cheap} if hasattr(drafter, "propose_cheap") else {})}
+
+
+def profile_costs(target, drafter, ns, ctxs, repeats: int = 3, warmup: int = 1, progress: bool = True,
+                  seed: int = 0) -> dict:
+    """Both sides at once (`fit_cost_model` input): `profile_verify` + `profile_draft` on the same ctx grid."""
+    meas = profile_verify(target, ns, ctxs, repeats, warmup, progress, seed)
+    return {**meas, **profile_draft(target, drafter, meas["ctxs"], repeats, warmup, seed)}
+
+
+def _draft_ms(target, drafter, ids, feats, warmup, repeats, g) -> tuple[float, float]:
     """Steady-state drafting at context len(ids) - 1: reset + one full call (untimed), then calls that each add
     NEW_TOKENS committed tokens and their target features. Returns (C_d, C_d of the first stage alone): a two-stage
     drafter (`propose_cheap`) times its first stage in the same loop, else the second figure is 0.
@@ -201,8 +228,45 @@ def _draft_ms(target, drafter, ids, feats, warmup, repeats, g, bar) -> tuple[flo
                 drafter.skip_rest(new_feats)
             if r >= warmup:
                 (times if stage == "full" else cheap).append(_now(device) - t0)
-        bar.update()
     return 1000 * float(np.median(times)), 1000 * float(np.median(cheap)) if cheap else 0.0
+
+
+VERIFY_FORMAT = "caddtree-verify/1"
+
+
+def verify_profile_path(target) -> Path:
+    """Per-user cache path of the shared verify profile of (target, device)."""
+    return default_cost_path(target.fingerprint, "verify", device_label(target))
+
+
+def _load_verify(target) -> dict | None:
+    """The shared verify profile {"provenance", "measurements"} of this target and device, or None (absent, or
+    unreadable: then it is measured again)."""
+    path = verify_profile_path(target)
+    try:
+        doc = json.loads(path.read_text())
+        prov = doc["provenance"]
+        if doc.get("format") == VERIFY_FORMAT and prov["target_fingerprint"] == target.fingerprint and prov["verify_id"]:
+            fit_cost_model({**doc["measurements"], "draft_ms": 0.0})  # shape checks of the measurements
+            return doc
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, CaddtreeError):
+        pass
+    return None
+
+
+def _measure_verify(target, preset: str, progress: bool) -> dict:
+    t0 = time.perf_counter()
+    meas = profile_verify(target, progress=progress, **PRESETS[preset])
+    meas["profile_s"] = round(time.perf_counter() - t0, 1)
+    prov = {**provenance(target, None, preset), "verify_id": uuid.uuid4().hex[:12]}
+    doc = {"format": VERIFY_FORMAT, "provenance": prov, "measurements": meas}
+    path = verify_profile_path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1))
+    tmp.replace(path)  # atomic: parallel processes see the old file or the new one
+    print(f"cost model: verify cost measured ({preset} preset, {meas['profile_s']} s) -> {path}", file=sys.stderr)
+    return doc
 
 
 def ensure_cost_model(target, drafter, path=None, preset: str = "coarse", progress: bool = True,
@@ -210,34 +274,44 @@ def ensure_cost_model(target, drafter, path=None, preset: str = "coarse", progre
     """The cost model for (target, drafter, this device): the cached profile if valid, else (or if `force`)
     profile + fit + save, with a PNG of the fit beside the JSON.
 
-    A missing file is profiled into; an existing but invalid one raises (CaddtreeError) if `path` was given, while
-    the default cache entry is re-profiled instead.
-    Prints one line (stderr) saying which happened.
+    The verify cost (C_v, overhead) comes from the one shared verify profile of (target, device), measured on first
+    need (and again if `force`); only C_d is measured per drafter. A cached drafter profile whose verify part is
+    older than the shared one is rebuilt on it (C_d re-measured: seconds), so all drafters stay priced on the same
+    C_v. A missing file is profiled into; an existing but invalid one raises (CaddtreeError) if `path` was given,
+    while the default cache entry is re-profiled instead. Prints one line (stderr) per step taken.
     """
     if preset not in PRESETS:
         raise CaddtreeError(f"unknown profile preset '{preset}': choose one of {', '.join(PRESETS)}")
     did = drafter_id(drafter)
     explicit = path is not None
     path = Path(path) if explicit else default_cost_path(target.fingerprint, did, device_label(target))
+    shared = None if force else _load_verify(target)
     if path.is_file() and not force:
         try:
             model = load_cost_model(path, target_fingerprint=target.fingerprint, drafter_id=did)
             if hasattr(drafter, "propose_cheap") and model.cheap_draft is None:
                 raise CaddtreeError(f"cost profile {path} has no first-stage draft cost for this two-stage drafter: "
                                     f"re-run `caddtree profile`")
-            print(f"cost model: loaded {path} (profiled {model.provenance.get('date', '?')}, "
-                  f"max {model.max_nodes} nodes)", file=sys.stderr)
-            return model
+            stale = (not explicit and shared is not None
+                     and model.provenance.get("verify_id") != shared["provenance"]["verify_id"])
+            if not stale:
+                print(f"cost model: loaded {path} (profiled {model.provenance.get('date', '?')}, "
+                      f"max {model.max_nodes} nodes)", file=sys.stderr)
+                return model
+            print(f"cost model: {path} predates the shared verify profile; rebuilding on it", file=sys.stderr)
         except CaddtreeError as e:
             if explicit:
                 raise
             print(f"cost model: cached profile unusable ({e}); re-profiling", file=sys.stderr)
-    why = "re-profiling as asked" if force else "none for this target/drafter/device"
-    print(f"cost model: {why}, profiling ({preset} preset) -> {path}", file=sys.stderr)
-    t0 = time.perf_counter()
-    meas = profile_costs(target, drafter, progress=progress, **PRESETS[preset])
-    meas["profile_s"] = round(time.perf_counter() - t0, 1)
-    model = fit_cost_model(meas, provenance(target, drafter, preset))
+    if shared is None:
+        shared = _measure_verify(target, preset, progress)
+    print(f"cost model: measuring C_d of {did} -> {path}", file=sys.stderr)
+    v = shared["measurements"]
+    preset_args = PRESETS.get(shared["provenance"].get("preset"), PRESETS[preset])
+    meas = {**v, **profile_draft(target, drafter, v["ctxs"], preset_args["repeats"], preset_args["warmup"])}
+    prov = {**provenance(target, drafter, shared["provenance"].get("preset")),
+            "verify_id": shared["provenance"]["verify_id"], "verify_date": shared["provenance"]["date"]}
+    model = fit_cost_model(meas, prov)
     save_cost_model(model, path)
     plot_cost_model(model, path.with_suffix(".png"))
     return model

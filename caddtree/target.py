@@ -187,7 +187,8 @@ def grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     b, h, n, d = query.shape
     g = key.shape[1]
-    if attention_mask is None or n == 1 or g == h or dropout or kwargs.get("position_bias") is not None:
+    if (attention_mask is None or attention_mask.shape[1] != 1 or n == 1 or g == h or dropout
+            or kwargs.get("position_bias") is not None):  # per-head masks, or nothing to gain: transformers' path
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     r, L = h // g, key.shape[2]

@@ -181,17 +181,26 @@ def test_profile_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, capsys):
     drafter = PromptLookupDrafter(101, num_positions=4)
     monkeypatch.setitem(profile.PRESETS, "coarse", dict(ns=[1, 2, 8], ctxs=[16, 999], repeats=2, warmup=1))
     m = profile.ensure_cost_model(target, drafter, progress=False)
-    assert "profiling (coarse preset)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "verify cost measured (coarse preset" in err and "measuring C_d" in err
     assert m.measurements["ns"] == [0, 1, 2, 8] and m.max_nodes == 8
-    assert m.measurements["ctxs"][-1] == 256 - 8 - 4 * 3 - 2  # clamped so every forward fits the context window
+    assert m.measurements["ctxs"][-1] == 256 - 8 - 2 * 4 * 3 - 2  # clamped so every forward fits the context window
     assert check_cost_model(m) is None and m.provenance["target_fingerprint"] == "llama-tiny"
     assert np.all(np.asarray(m.measurements["verify_ms"]) > 0) and np.all(np.asarray(m.measurements["draft_ms"]) > 0)
     path = default_cost_path("llama-tiny", profile.drafter_id(drafter), profile.device_label(target))
     assert path.is_file() and path.with_suffix(".png").is_file() and target.hidden_layers == []
+    assert profile.verify_profile_path(target).is_file()
     again = profile.ensure_cost_model(target, drafter)
     assert "loaded" in capsys.readouterr().err and np.array_equal(again.verify, m.verify)
-    profile.ensure_cost_model(target, drafter, progress=False, force=True)
-    assert "re-profiling as asked" in capsys.readouterr().err
+    other = PromptLookupDrafter(101, num_positions=6)  # a second drafter is priced on the same verify measurement
+    m2 = profile.ensure_cost_model(target, other, progress=False)
+    err = capsys.readouterr().err
+    assert "verify cost measured" not in err and "measuring C_d" in err and np.array_equal(m2.verify, m.verify)
+    m3 = profile.ensure_cost_model(target, drafter, progress=False, force=True)
+    assert "verify cost measured" in capsys.readouterr().err
+    m4 = profile.ensure_cost_model(target, other, progress=False)  # its cached profile predates the new C_v
+    assert "rebuilding on it" in capsys.readouterr().err and np.array_equal(m4.verify, m3.verify)
+    assert m4.provenance["verify_id"] == m3.provenance["verify_id"] != m.provenance["verify_id"]
     path.write_text("{")  # a broken cache entry is re-profiled, an explicit broken file refused
     profile.ensure_cost_model(target, drafter, progress=False)
     assert "re-profiling" in capsys.readouterr().err
