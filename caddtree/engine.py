@@ -111,9 +111,9 @@ class Decoder:
 
     method "ar": plain decoding (no drafter); "ddtree": best-first tree of `budget` nodes every round;
     "caddtree": best-first tree of up to `cost_model.max_nodes` nodes, cut each round where expected tokens per
-    second stop rising (`caddtree.budget.choose_tree_size`); with a two-stage drafter (`propose_cheap`) whose cost
-    profile times its first stage, and `gate`,
-    its costly stage runs only in rounds where `caddtree.budget.DraftGate` expects it to raise that rate.
+    second stop rising (`caddtree.budget.choose_tree_size`). With a two-stage drafter (`propose_cheap`) whose cost
+    profile times its first stage, and `gate`, its costly stage runs only in rounds where `caddtree.budget.DraftGate`
+    expects it to raise that rate.
     """
 
     def __init__(self, target: Target, drafter: Drafter | None = None, method: str = "ar", budget: int = 32,
