@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from caddtree.drafter import Drafter, OnlineCalibration, shrink_to_calibration
+from caddtree.drafter import Drafter, OnlineCalibration, calibration_keep, shrink_to_uniform
 from caddtree.errors import CaddtreeError
 from caddtree.kernels import PackedLinear, pack_linears
 
@@ -201,14 +201,21 @@ class DFlashModel(nn.Module):
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         return F.linear(h, self._shared["head"].to(h.dtype))  # [..., K or V]
 
-    def full_log_probs(self, logits: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-        """[L, K or V] logits -> [L, V] log-probs over the target vocabulary (mass eps on tokens outside K)."""
+    def full_log_probs(self, logits: torch.Tensor, eps: float = 1e-6, keep: torch.Tensor | None = None
+                       ) -> torch.Tensor:
+        """[L, K or V] logits -> [L, V] log-probs over the target vocabulary (mass eps on tokens outside K).
+        keep [L]: each row mixed with the uniform law (`drafter.shrink_to_uniform`), computed on the K columns and one
+        shared outside value, not on all V."""
         lp = torch.log_softmax(logits.float(), -1)
-        if not self.c.draft_vocab_size:
-            return lp
         V, K = self.c.vocab_size, self.c.draft_vocab_size
-        out = torch.full((lp.shape[0], V), math.log(eps / max(1, V - K)), device=lp.device)
-        out[:, self.vocab_map.to(lp.device)] = lp + math.log1p(-eps)
+        if not K:
+            return lp if keep is None else shrink_to_uniform(lp, keep, V)
+        inside = lp + math.log1p(-eps)  # [L, K]
+        outside = torch.full((lp.shape[0], 1), math.log(eps / max(1, V - K)), device=lp.device)  # [L, 1]
+        if keep is not None:
+            inside, outside = shrink_to_uniform(inside, keep, V), shrink_to_uniform(outside, keep, V)
+        out = outside.expand(-1, V).clone()  # [L, V]
+        out[:, self.vocab_map.to(lp.device)] = inside
         return out
 
     def train_forward(self, tokens, feats, anchors):
@@ -303,13 +310,14 @@ class DFlashDrafter(Drafter):
         pos = torch.arange(ell, ell + self.c.block_size, device=dev)[None]  # [1, B]
         h = m.block_hidden(tokens[-1:].to(dev), pos, kv)  # [1, B, H]
         logits = self.head(h[0, 1:]) if self.head is not None else m.logits(h[0, 1:])  # [B-1, K or V]
-        log_probs = m.full_log_probs(logits)  # [B-1, V]
         if self.calibration is None:
-            return log_probs
+            return m.full_log_probs(logits)  # [B-1, V]
         self.calibration.observe(tokens.tolist())
-        top = log_probs.max(-1)
-        self.calibration.expect(ell + 1, top.indices.tolist(), top.values.exp().tolist())
-        return shrink_to_calibration(log_probs, self.calibration)
+        top_p, top_i = torch.softmax(logits.float(), -1).max(-1)  # [B-1] (in the draft vocabulary)
+        if self.c.draft_vocab_size:
+            top_i = m.vocab_map[top_i]
+        self.calibration.expect(ell + 1, top_i.tolist(), top_p.tolist())
+        return m.full_log_probs(logits, keep=calibration_keep(self.calibration, self.num_positions, dev))
 
 
 # ----------------------------------------------------------------------------------------------------- save / load

@@ -195,3 +195,26 @@ def test_evaluate_tau_against_oracle_and_wrong_drafters():
     assert evaluate(Fake(0), refs, budget=3)["tau"] == pytest.approx(4.0)  # a 3-node chain
     r = evaluate(Fake(5), refs)
     assert r["tau"] == 1.0 and r["pos_accept"][0] == 0.0
+
+
+@pytest.mark.parametrize("K", [0, 40])
+def test_calibrated_marginals_equal_shrinking_the_full_distribution(K):
+    """The calibrated drafter mixes each row with the uniform law on the K draft columns and one outside value; the
+    result must equal mixing the whole expanded [L, V] distribution, and the calibration must record the top token
+    as a target id."""
+    import math
+    tg = tiny_target()
+    m = tiny_drafter(tg, K=K)
+    logits = torch.randn(3, K or tg.vocab_size) * 3
+    keep = torch.tensor([1.0, 0.6, 0.2])
+    full = m.full_log_probs(logits)
+    a = keep[:, None]
+    ref = torch.logaddexp(full + a.log(), (1 - a).clamp(min=1e-12).log() - math.log(tg.vocab_size))
+    out = m.full_log_probs(logits, keep=keep)
+    assert torch.allclose(out, ref, atol=1e-5) and torch.allclose(out.exp().sum(-1), torch.ones(3), atol=1e-5)
+    toks, feats = seq_features(tg, m.c.target_layers, T=12)
+    d = DFlashDrafter(m)
+    d.reset(toks[:8])
+    lp = d.propose(toks[:9], feats[:8])
+    _, top, _ = d.calibration._pending
+    assert top == lp.argmax(-1).tolist()  # target ids, also with a reduced vocabulary

@@ -206,7 +206,7 @@ def test_profiling_does_not_change_the_lookup_calibration():
 
 
 def test_online_calibration_counts_chains_and_shrinks_overconfident_rows():
-    from caddtree.drafter import OnlineCalibration, shrink_to_calibration
+    from caddtree.drafter import OnlineCalibration, calibration_keep, shrink_to_uniform
     c = OnlineCalibration(3, prior_strength=1.0)
     c.expect(4, [7, 8, 9], [0.9, 0.9, 0.9])
     c.observe([0, 1, 2, 3, 7, 5, 9])  # position 0 right, 1 wrong, 2 never reached (chain broken)
@@ -215,7 +215,7 @@ def test_online_calibration_counts_chains_and_shrinks_overconfident_rows():
     assert c.trials == [1, 1, 0]
     assert c.ratio(0) == pytest.approx(2 / 1.9) and c.ratio(1) == pytest.approx(1 / 1.9) and c.ratio(2) == 1.0
     lp = torch.log_softmax(torch.randn(3, 20) * 3, -1)
-    out = shrink_to_calibration(lp, c)
+    out = shrink_to_uniform(lp, calibration_keep(c, 3), 20)
     assert torch.allclose(out.exp().sum(-1), torch.ones(3), atol=1e-5)
     assert torch.equal(out.argmax(-1), lp.argmax(-1))
     assert torch.allclose(out[0], lp[0], atol=1e-6) and torch.allclose(out[2], lp[2], atol=1e-6)  # ratio >= 1: kept
