@@ -22,8 +22,7 @@ from torch import nn
 
 
 # in cost-profile keys: bump when the CPU kernels change (linears here, attention and KV cache in caddtree.target, the
-# drafter's output head), so
-# no stale profile is reused
+# DFlash drafter's output head), so no stale profile is reused
 KERNELS = "packed4"
 
 
