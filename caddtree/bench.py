@@ -618,7 +618,8 @@ def cmd_bench(args) -> None:
     summary = summarize(records)
     text = write_summary(summary, out, header)
     write_plots(records, summary, out)
-    if not cms and any("caddtree" in m for m in methods):  # all resumed: still plot the (cached) cost model
+    # all resumed, or --report: keep the profiles the run saved; only a directory without one gets the cached profile
+    if not cms and not (out / "cost_model.json").is_file() and any("caddtree" in m for m in methods):
         cost_model_for(load_drafter_spec(args.drafter, target))
     for i, (name, cm) in enumerate(cms.items()):  # the profiles the run used, kept beside its results
         stem = "cost_model" if i == 0 else f"cost_model_{name}"  # the first: the default drafter's
