@@ -108,8 +108,8 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
     """The target's side of the cost model: C_v over ns x ctxs and the per-round overhead per ctx (median ms).
 
     Measured once per (target, device) and shared by every drafter, so two drafters are never priced on two noisy
-    measurements of the same forward. Run without feature outputs (hidden_layers = []): asking for them only keeps
-    references to layer outputs and concatenates a few rows."""
+    measurements of the same forward. Run without feature outputs (hidden_layers = []): asking for three layers'
+    outputs did not change a 4-node verify here (SmolLM2, 300-token context: 91.6 vs 91.8 ms, medians of 15)."""
     from tqdm import tqdm
 
     from caddtree.accept import SamplingParams, accept_walk, target_choices
