@@ -81,8 +81,9 @@ def parse_methods(spec: str) -> list[str]:
 
 
 def perturb_cost_model(model, draft_scale: float = 1.0, slope_scale: float = 1.0):
-    """A copy of `model` with C_d (both stages' of a two-stage drafter) scaled and the C_v slope in n scaled above n = 1 (C_v(0), the plain step, and
-    C_v(1) kept): C_v'(n) = C_v(1) + s (C_v(n) - C_v(1)); the ℓ-extrapolation slopes get the same map."""
+    """A copy of `model` with C_d (both stages' of a two-stage drafter) scaled and the C_v slope in n scaled above
+    n = 1 (C_v(0), the plain step, and C_v(1) kept): C_v'(n) = C_v(1) + s (C_v(n) - C_v(1)); the ℓ-extrapolation
+    slopes get the same map."""
     from caddtree.costmodel import CostModel, check_cost_model
     v = model.verify.copy()
     v[:, 1:] = v[:, 1:2] + slope_scale * (v[:, 1:] - v[:, 1:2])
