@@ -246,7 +246,8 @@ def _load_verify(target) -> dict | None:
     try:
         doc = json.loads(path.read_text())
         prov = doc["provenance"]
-        if doc.get("format") == VERIFY_FORMAT and prov["target_fingerprint"] == target.fingerprint and prov["verify_id"]:
+        if (doc.get("format") == VERIFY_FORMAT and prov["target_fingerprint"] == target.fingerprint
+                and prov["verify_id"]):
             fit_cost_model({**doc["measurements"], "draft_ms": 0.0})  # shape checks of the measurements
             return doc
     except (OSError, ValueError, KeyError, TypeError, AttributeError, CaddtreeError):
