@@ -27,6 +27,7 @@ class BudgetChoice:
     n: int               # tree nodes to verify (0 = plain decoding step)
     phi: float           # predicted accepted draft tokens Φ_n (the round yields 1 + Φ_n tokens on average)
     predicted_ms: float  # predicted round time: C_d + overhead + C_v(n; ℓ)
+    plain_ms: float      # the same for n = 0 (a plain step after this draft): θ_0 = 1 / plain_ms
 
     @property
     def tokens_per_s(self) -> float:
@@ -53,7 +54,7 @@ def choose_tree_size(log_weights, cost: CostModel, ctx: int, n_min: int = 0, n_m
     n = int(fails[0]) if fails.size else cap
     if n_min == 0 and theta[0] >= theta[n]:                  # ... against the plain step
         n = 0
-    return BudgetChoice(n, float(phi[n]), float(base + cv[n]))
+    return BudgetChoice(n, float(phi[n]), float(base + cv[n]), float(base + cv[0]))
 
 
 class DraftGate:
@@ -73,7 +74,7 @@ class DraftGate:
     def __init__(self, bands=(1.05, 1.3, 1.7), memory: float = 0.9, explore_every: int = 8, warmup: int = 3):
         self.bands, self.memory, self.explore_every, self.warmup = tuple(bands), memory, explore_every, warmup
         k = len(self.bands) + 1
-        self.gain = [0.0] * k     # running mean of θ2 - θ1 per band (tokens per ms)
+        self.gain = [0.0] * k     # running mean of θ2 - θ1 per band (in the unit of the θs given, e.g. tokens per s)
         self.seen = [0] * k       # rounds per band where stage 2 ran
         self.skipped = [0] * k    # rounds skipped in a row per band
 

@@ -165,9 +165,13 @@ class PromptLookupDrafter(Drafter):
         out[r, t] = torch.logaddexp(out[r, t], torch.tensor(mass, dtype=log_probs.dtype, device=dev).log())
         return out
 
-    def propose(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+    def marginals(self, votes: list[dict[int, int]]) -> torch.Tensor:
+        """This drafter's own marginals [L, V]: the votes mixed into the uniform law."""
         L, V = self.num_positions, self.vocab_size
-        return self.mix_into(self.votes(tokens.tolist()), torch.full((L, V), -math.log(V)))
+        return self.mix_into(votes, torch.full((L, V), -math.log(V)))
+
+    def propose(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        return self.marginals(self.votes(tokens.tolist()))
 
 
 class LookupMixtureDrafter(Drafter):
@@ -201,8 +205,7 @@ class LookupMixtureDrafter(Drafter):
     def propose_cheap(self, tokens: torch.Tensor) -> torch.Tensor:
         """Stage 1: prompt lookup alone (uniform where it has no vote) -> log_probs [L, V]."""
         self._votes = self.lookup.votes(tokens.tolist())
-        L, V = self.num_positions, self.lookup.vocab_size
-        return self.lookup.mix_into(self._votes, torch.full((L, V), -math.log(V)))
+        return self.lookup.marginals(self._votes)
 
     def skip_rest(self, features: torch.Tensor | None) -> None:
         """Stage 2 skipped this round: keep the features for the trained drafter's next call."""

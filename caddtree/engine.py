@@ -155,7 +155,7 @@ class Decoder:
         return tree.prefix(choice.n), choice
 
     def _draft_tree(self, tokens: torch.Tensor, feats, ctx: int, room: int, stats: RoundStats) -> Tree:
-        device, cost = self.target.device, self.cost_model
+        device = self.target.device
         clock = [_now(device)]
 
         def lap() -> float:  # ms since the previous lap
@@ -169,19 +169,18 @@ class Decoder:
             tree, choice = self._choose(log_probs, ctx, room)
             stats.build_ms = lap()
         else:  # two-stage drafter: the first stage's tree, and the second stage only where the gate expects a gain
-            c1 = cost.cheap_draft_ms(ctx)
             log_probs = self.drafter.propose_cheap(tokens)
             stats.draft_ms = lap()
-            tree, choice = self._choose(log_probs, ctx, room, draft_ms=c1)
-            theta1 = (1 + choice.phi) / choice.predicted_ms
-            band = self.gate.band(theta1, 1 / (c1 + cost.overhead_ms(ctx) + cost.verify_ms(0, ctx)))
+            tree, choice = self._choose(log_probs, ctx, room, draft_ms=self.cost_model.cheap_draft_ms(ctx))
+            theta1 = choice.tokens_per_s
+            band = self.gate.band(theta1, 1000.0 / choice.plain_ms)
             stats.build_ms = lap()
             stats.second_stage = self.gate.run_rest(band)
             if stats.second_stage:
                 log_probs = self.drafter.propose_rest(tokens, feats)
                 stats.draft_ms += lap()
                 tree, choice = self._choose(log_probs, ctx, room)
-                self.gate.observe(band, theta1, (1 + choice.phi) / choice.predicted_ms)
+                self.gate.observe(band, theta1, choice.tokens_per_s)
                 stats.build_ms += lap()
             else:
                 self.drafter.skip_rest(feats)

@@ -139,7 +139,8 @@ def test_draft_ms_override_equals_a_model_with_that_draft_cost():
     lw = torch.log(torch.sort(torch.rand(32), descending=True).values)
     a = choose_tree_size(lw, CostModel([1], cv[None], np.zeros(33), [15.0], [1.0]), 1, draft_ms=0.5)
     b = choose_tree_size(lw, CostModel([1], cv[None], np.zeros(33), [0.5], [1.0]), 1)
-    assert (a.n, a.phi, a.predicted_ms) == (b.n, b.phi, b.predicted_ms)
+    assert (a.n, a.phi, a.predicted_ms, a.plain_ms) == (b.n, b.phi, b.predicted_ms, b.plain_ms)
+    assert a.plain_ms == pytest.approx(0.5 + 1.0 + cv[0])  # C_d + overhead + C_v(0): θ_0 = 1 / plain_ms
 
 
 def test_draft_gate_warms_up_skips_losing_bands_and_rechecks_them():
