@@ -380,17 +380,40 @@ def summarize(records: list[dict]) -> dict:
     by = {(r["dataset"], r["method"]): r for r in rows if r["n"]}
     for ds in datasets:
         for fam, ours in zip(TREE_METHODS, COST_METHODS):
-            fixed = [(by[k]["ms_per_token"], _family(k[1])[1]) for k in by if k[0] == ds and _family(k[1])[0] == fam]
+            fixed = [(by[k]["ms_per_token"], _family(k[1])[1], k[1]) for k in by
+                     if k[0] == ds and _family(k[1])[0] == fam]
             if not fixed:
                 continue
-            best_ms, best_b = min(fixed)
+            best_ms, best_b, best_method = min(fixed)
             o = {"dataset": ds, "family": fam, "oracle_budget": best_b, "oracle_ms_per_token": best_ms,
                  "method": ours, "ms_per_token": None, "ratio": None}
             if (ds, ours) in by:
                 o["ms_per_token"] = by[(ds, ours)]["ms_per_token"]
                 o["ratio"] = o["ms_per_token"] / best_ms  # <= 1: CaDDTree at least as fast as the oracle budget
+                o.update(paired_ratio(ok, ds, ours, best_method))
             oracle.append(o)
     return {"rows": rows, "oracle": oracle}
+
+
+def paired_ratio(records: list[dict], dataset: str, method: str, other: str, confidence: float = 0.9) -> dict:
+    """ms/token of `method` over `other` prompt by prompt (both ran back to back on each prompt): the median ratio,
+    a bootstrap confidence interval of that median, and on how many prompts `method` was faster.
+
+    The ratio of the two medians compares different prompts' times; on a noisy shared CPU the per-prompt ratio,
+    whose prompt-to-prompt variation cancels, shows whether a difference is larger than the noise."""
+    from scipy.stats import bootstrap
+    ms = {}
+    for r in records:
+        if r["dataset"] == dataset and r["method"] in (method, other):
+            ms.setdefault(str(r["prompt_id"]), {})[r["method"]] = r["ms_per_token"]
+    ratios = np.array([v[method] / v[other] for v in ms.values() if method in v and other in v])
+    out = {"paired_n": len(ratios), "paired_ratio": float(np.median(ratios)) if len(ratios) else None,
+           "paired_faster": int((ratios < 1).sum()), "paired_ci": None}
+    if len(ratios) >= 3 and np.ptp(ratios) > 0:
+        ci = bootstrap((ratios,), np.median, confidence_level=confidence, n_resamples=2000, method="percentile",
+                       rng=np.random.default_rng(0)).confidence_interval
+        out["paired_ci"] = (float(ci.low), float(ci.high))
+    return out
 
 
 def _f(v, fmt="{:.2f}"):
@@ -415,12 +438,18 @@ def write_summary(summary: dict, out_dir, header: str = "") -> str:
                   f"{_f(r['speedup'], '{:.2f}x')} | {_f(r['tau'])} | {ts} | {match} |")
     if oracle:
         md += ["", "Oracle fixed budget per dataset (best `ddtree:B` of this run, chosen after the runs) and "
-                   "CaDDTree's ms/token ratio to it (< 1: CaDDTree faster).", "",
-               "| dataset | family | oracle B | oracle ms/token | method | ms/token | ratio |",
-               "|---|---|---:|---:|---|---:|---:|"]
+                   "CaDDTree's ms/token ratio to it (< 1: CaDDTree faster): the ratio of the two medians, and the "
+                   "median of the per-prompt ratios (the two ran back to back on each prompt) with its 90% bootstrap "
+                   "interval and the prompts on which CaDDTree was faster.", "",
+               "| dataset | family | oracle B | oracle ms/token | method | ms/token | ratio "
+               "| per-prompt ratio [90% CI] | CaDDTree faster |", "|---|---|---:|---:|---|---:|---:|---:|---:|"]
         for o in oracle:
+            paired = _f(o.get("paired_ratio"), "{:.3f}")
+            if o.get("paired_ci"):
+                paired += " [{:.2f}, {:.2f}]".format(*o["paired_ci"])
+            faster = f"{o['paired_faster']}/{o['paired_n']}" if o.get("paired_n") else "–"
             md.append(f"| {o['dataset']} | {o['family']} | {o['oracle_budget']} | {o['oracle_ms_per_token']:.2f} | "
-                      f"{o['method']} | {_f(o['ms_per_token'])} | {_f(o['ratio'], '{:.3f}')} |")
+                      f"{o['method']} | {_f(o['ms_per_token'])} | {_f(o['ratio'], '{:.3f}')} | {paired} | {faster} |")
     bad = [r for r in rows if r["n"] and r["compared"] and r["match"] < r["compared"]]
     if bad:
         md += ["", "Exact-match failures vs `ar` (greedy): " + ", ".join(
@@ -431,13 +460,17 @@ def write_summary(summary: dict, out_dir, header: str = "") -> str:
     keys = ["dataset", "method", "n", "ms_per_token", "speedup", "tau", "tree_size_mean", "tree_size_std", "match",
             "compared", "drafter", "second_stage_share", "note"]
     with open(out_dir / "summary.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys + ["oracle_budget", "oracle_ms_per_token", "ratio_to_oracle"],
+        w = csv.DictWriter(f, fieldnames=keys + ["oracle_budget", "oracle_ms_per_token", "ratio_to_oracle",
+                                                 "paired_ratio_to_oracle", "paired_ci_low", "paired_ci_high"],
                            extrasaction="ignore")
         w.writeheader()
         for r in rows:
             o = next((o for o in oracle if o["dataset"] == r["dataset"] and o["method"] == r["method"]), {})
+            ci = o.get("paired_ci") or (None, None)
             w.writerow({**r, "oracle_budget": o.get("oracle_budget"),
-                        "oracle_ms_per_token": o.get("oracle_ms_per_token"), "ratio_to_oracle": o.get("ratio")})
+                        "oracle_ms_per_token": o.get("oracle_ms_per_token"), "ratio_to_oracle": o.get("ratio"),
+                        "paired_ratio_to_oracle": o.get("paired_ratio"), "paired_ci_low": ci[0],
+                        "paired_ci_high": ci[1]})
     return text
 
 

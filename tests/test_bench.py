@@ -115,8 +115,15 @@ def test_summary_and_oracle_on_synthetic_records(tmp_path):
     assert (orc["a"]["oracle_budget"], orc["a"]["oracle_ms_per_token"]) == (16, 16.0)
     assert orc["a"]["ratio"] == pytest.approx(14 / 16)
     assert (orc["b"]["oracle_budget"], orc["b"]["ratio"]) == (16, pytest.approx(11.5 / 11))
+    # per prompt: caddtree 14 vs ddtree:16 at 15, 16, 17 -> ratios 14/15, 14/16, 14/17, all faster
+    assert orc["a"]["paired_ratio"] == pytest.approx(14 / 16)
+    assert (orc["a"]["paired_faster"], orc["a"]["paired_n"]) == (3, 3)
+    lo, hi = orc["a"]["paired_ci"]
+    assert 14 / 17 <= lo <= 14 / 16 <= hi <= 14 / 15
+    assert orc["b"]["paired_ci"] is None and orc["b"]["paired_faster"] == 0  # identical ratios: no interval
     text = bench.write_summary(s, tmp_path)
     assert "| a | caddtree | 3 | 14.00 | 2.14x |" in text and "a/caddtree 1" in text
+    assert "| 0.875 [0.82, 0.93] | 3/3 |" in text
     csv = (tmp_path / "summary.csv").read_text().splitlines()
     assert csv[0].startswith("dataset,method,n,ms_per_token") and len(csv) == 1 + len(s["rows"])
     assert {p.name for p in bench.write_plots(recs, s, tmp_path)} == {"speedup.png", "caddtree_budget_hist.png",
