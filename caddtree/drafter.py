@@ -95,13 +95,12 @@ class PromptLookupDrafter(Drafter):
     c_i is calibrated online (`OnlineCalibration.rate`, starting at `confidence`): the observed rate at which the top
     vote at position i equalled the committed token, given that positions < i did.
 
-    min_ngram = 2: a single repeated token predicts its old continuation too rarely to pay for a tree on this
-    project's CPU. Replaying CaDDTree's choices on recorded greedy outputs with the measured cost model
-    (`results/lookup-min-ngram/`: the benchmark's 10 prompts of 8 sets, and 10 other prompts of 6 sets) gave
-    0-6.5% less predicted ms/token than with 1-token matches in all 14 cases; 3 was worse than 2 in 11 of them.
+    min_ngram stays 1. Replaying CaDDTree's choices with the measured cost model predicted 0-6.5% less ms/token
+    with min_ngram = 2, but measured back to back on 6 other prompts per set it was mixed: GSM8K 7% slower, MT-Bench
+    8.5% faster, HumanEval and MATH-500 within noise (`results/lookup-min-ngram/`).
     """
 
-    def __init__(self, vocab_size: int, num_positions: int = 8, max_ngram: int = 3, min_ngram: int = 2,
+    def __init__(self, vocab_size: int, num_positions: int = 8, max_ngram: int = 3, min_ngram: int = 1,
                  confidence: float = 0.8, max_matches: int = 4, prior_strength: float = 4.0):
         if not 0.0 < confidence < 1.0:
             raise ValueError("confidence must lie in (0, 1)")

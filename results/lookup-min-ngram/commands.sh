@@ -6,3 +6,6 @@ python results/lookup-min-ngram/replay.py bench math500,gsm8k,aime25,humaneval,m
   > results/lookup-min-ngram/replay.jsonl
 python results/lookup-min-ngram/replay.py refs gsm8k,math500,humaneval,mbpp,mt_bench,alpaca 1 2 3 \
   >> results/lookup-min-ngram/replay.jsonl
+# measured check on prompts 10-15 (decides; resumes): plain, min_ngram 1 and 2 back to back per prompt
+taskset -c 1 python results/lookup-min-ngram/measure.py humaneval,gsm8k,math500,mt_bench 6 results/lookup-min-ngram/measured.jsonl \
+  > results/lookup-min-ngram/measured.log
