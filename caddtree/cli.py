@@ -43,7 +43,7 @@ def load_drafter_spec(spec: str, target):
     """'auto' | 'lookup' | 'dflash' | drafter dir, optionally '+lookup' ('dflash+lookup') -> Drafter.
 
     'auto' is the prompt-lookup drafter: on this project's CPU benchmark (results/bench-t0-256-full) it is the
-    fastest, or within noise of it, on 7 of 8 datasets; the shipped DFlash drafter (3 hours of training on 2 cores)
+    fastest, or within noise of it, on 7 of 8 datasets; the shipped DFlash drafter (4.7 hours of training on 2 cores)
     pays off only mixed with prompt lookup ('dflash+lookup', drafter.LookupMixtureDrafter), and most on GSM8K and
     MBPP.
     """
