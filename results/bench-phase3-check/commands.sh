@@ -7,7 +7,7 @@
 # Two parts, one per core, then the combined report. Rerunning resumes.
 export OMP_NUM_THREADS=1
 ARGS="--drafter runs/dflash/phase2-drafter+lookup --threads 1 --datasets gsm8k,math500,humaneval,mbpp \
-  --methods ar,caddtree,mix-caddtree,lookup-caddtree --num-prompts 4 --max-new-tokens 256 --temperature 0 \
+  --methods ar,caddtree,mix-caddtree,lookup-caddtree --num-prompts 8 --max-new-tokens 256 --temperature 0 \
   --out results/bench-phase3-check"
 taskset -c 0 caddtree bench $ARGS --part 1/2 &
 taskset -c 1 caddtree bench $ARGS --part 2/2 &
