@@ -29,7 +29,6 @@ def main() -> None:
     for ds in datasets:
         for i, p in enumerate(load_prompts(ds, 10 + n)[10:]):
             names = list(decoders)[i % 3:] + list(decoders)[:i % 3]
-            ref = None
             for name in names:
                 if (ds, str(p["id"]), name) in done:
                     continue

@@ -10,6 +10,7 @@ Sources: `bench` = the `ar` records of results/bench-t0-256-full (its 10 prompts
 the greedy references that `caddtree eval-drafter --n 20` caches (not benchmark prompts).
 Usage: python results/lookup-min-ngram/replay.py SOURCE DATASETS MIN_NGRAM [MIN_NGRAM ...]
 """
+import functools
 import glob
 import json
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from caddtree.accept import accept_walk
 from caddtree.budget import choose_tree_size
 from caddtree.costmodel import load_cost_model
 from caddtree.drafter import PromptLookupDrafter
@@ -26,22 +28,27 @@ from caddtree.tree import build_tree
 RUN = Path("results/bench-t0-256-full")
 
 
+@functools.cache
+def _bench_source():
+    """The target (for its chat template) and the headline run's records, read once for every dataset."""
+    from caddtree.target import load_target
+    return load_target(), [json.loads(line) for f in glob.glob(str(RUN / "records.part*.jsonl")) for line in open(f)]
+
+
 def sequences(source: str, ds: str) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, greedy continuation) pairs."""
     if source == "refs":
         path = next(Path(cache_dir(), "eval_refs").glob(f"*_bench-{ds}_20_256_*.pt"))
         return [(t[:p].tolist(), t[p:].tolist()) for t, p, _ in torch.load(path, weights_only=False)[10:20]]
     from caddtree.datasets import load_prompts
-    from caddtree.target import load_target
-    target = load_target()
+    target, recs = _bench_source()
     prompts = {str(p["id"]): p["prompt"] for p in load_prompts(ds, 10)}
-    recs = [json.loads(line) for f in glob.glob(str(RUN / "records.part*.jsonl")) for line in open(f)]
     return [(target.chat_ids(prompts[str(r["prompt_id"])]).tolist(), r["tokens"])
             for r in recs if r["dataset"] == ds and r["method"] == "ar"]
 
 
 def replay(seqs, drafter: PromptLookupDrafter, cost) -> dict:
-    rounds = tokens = accepted = 0
+    rounds = tokens = 0
     ms = 0.0
     for prompt, cont in seqs:
         drafter.reset(None)
@@ -49,20 +56,18 @@ def replay(seqs, drafter: PromptLookupDrafter, cost) -> dict:
         while k < len(cont):
             ctx, room = len(seq) - 1, len(cont) - k - 1
             log_probs = drafter.propose(torch.tensor(seq))
-            n, acc = 0, 0
+            n, path = 0, []
             if room > 0:
                 tree = build_tree(log_probs[:room], cost.max_nodes)
                 n = choose_tree_size(tree.log_weights, cost, ctx).n if len(tree) else 0
-                toks, parents, node = tree.tokens[:n].tolist(), tree.parents[:n].tolist(), -1
-                while k + acc + 1 < len(cont):  # follow the recorded continuation down the tree
-                    nxt = [i for i in range(n) if parents[i] == node and toks[i] == cont[k + acc]]
-                    if not nxt:
-                        break
-                    node, acc = nxt[0], acc + 1
+                tree = tree.prefix(n)
+                # the target's choice after a node at depth d on the recorded path is cont[k + d] (d <= room)
+                choices = torch.tensor([cont[k]] + [cont[k + d] for d in tree.depths.tolist()])
+                path, _ = accept_walk(tree.tokens, tree.parents, choices)
             ms += cost.round_ms(n, ctx)
-            new = cont[k:k + acc + 1]
+            new = cont[k:k + len(path) + 1]
             seq += new
-            k, rounds, accepted = k + len(new), rounds + 1, accepted + acc
+            k, rounds = k + len(new), rounds + 1
         tokens += len(cont)
     return {"tau": tokens / rounds, "predicted_ms_per_token": ms / tokens}
 
