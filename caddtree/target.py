@@ -180,14 +180,15 @@ def growing_layer_class():
 
 
 def grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """SDPA for grouped-query attention under an explicit mask (tree verification, multi-token steps) without
-    repeating the KV heads: query [b, h, n, d] is regrouped as [b, g, (h/g)·n, d] against key/value [b, g, L, d], each
-    mask row repeated per query head of its group. Transformers' SDPA path copies the whole KV cache to h heads in this
-    case (SmolLM2, 300-token context: ~10 ms of a 2-token forward). Other cases go to transformers' SDPA as is."""
+    """SDPA for grouped-query attention under an explicit mask (tree verification, multi-token steps, batched
+    generation with padding) without repeating the KV heads: query [b, h, n, d] is regrouped as [b, g, (h/g)·n, d]
+    against key/value [b, g, L, d], each mask row repeated per query head of its group. Transformers' SDPA path copies
+    the whole KV cache to h heads in this case (SmolLM2, 300-token context: ~10 ms of a 2-token forward). Other cases
+    go to transformers' SDPA as is."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     b, h, n, d = query.shape
     g = key.shape[1]
-    if (attention_mask is None or attention_mask.shape[1] != 1 or n == 1 or g == h or dropout
+    if (attention_mask is None or attention_mask.shape[1] != 1 or g == h or dropout
             or kwargs.get("position_bias") is not None):  # per-head masks, or nothing to gain: transformers' path
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)

@@ -102,10 +102,6 @@ def generate_data(target, out: Path, ddir: Path, max_prompts: int = 100000, batc
     for s in _shards(out):
         m = torch.load(s, weights_only=False)
         done = max(done, m["start"] + m["count"])
-    tok = target.tokenizer
-    eos = sorted(target.eos_ids)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
-    model = target.model
     t_start = time.time()
     window = batch_size * group  # one shard per window; inside it, batches are grouped by source and length
     while done < len(prompts) and (time.time() - t_start) / 60 < max_minutes:
@@ -116,32 +112,13 @@ def generate_data(target, out: Path, ddir: Path, max_prompts: int = 100000, batc
         t0, n_new, n_steps = time.time(), 0, 0
         for i in range(0, len(items), batch_size):
             batch = items[i:i + batch_size]
-            P = max(len(x) for _, x in batch)
-            inp = torch.full((len(batch), P), pad, dtype=torch.long)
-            att = torch.zeros((len(batch), P), dtype=torch.long)
-            for b, (_, x) in enumerate(batch):  # left padding
-                inp[b, P - len(x):] = torch.tensor(x)
-                att[b, P - len(x):] = 1
-            with torch.inference_mode():
-                g = model.generate(input_ids=inp, attention_mask=att, max_new_tokens=max_new_tokens, do_sample=False,
-                                   output_hidden_states=True, return_dict_in_generate=True, pad_token_id=pad,
-                                   eos_token_id=eos)
-            seqs = g.sequences  # [b, P + S]
-            n_steps += seqs.shape[1] - P
-            # hidden_states: step 0 -> tuple(layers + 1) of [b, P, H]; step s > 0 -> [b, 1, H] (token fed at step s)
-            feats_all = torch.cat([torch.cat([h[k + 1] for k in layers], dim=-1) for h in g.hidden_states], dim=1)
-            del g  # feats_all [b, P + S - 1, m*H]
-            for b, (src, x) in enumerate(batch):
-                resp = seqs[b, P:].tolist()
-                cut = next((j + 1 for j, t in enumerate(resp) if t in eos), len(resp))  # keep the EOS token
-                resp = resp[:cut]
+            results, steps = greedy_batch(target, [x for _, x in batch], layers, max_new_tokens)
+            n_steps += steps
+            for (src, x), (resp, f) in zip(batch, results):
                 n_new += len(resp)
-                T = len(x) + len(resp)
-                f = torch.zeros(T, feats_all.shape[-1], dtype=torch.bfloat16)
-                f[:T - 1] = feats_all[b, P - len(x):P - len(x) + T - 1].to(torch.bfloat16)
                 rec["tokens"].append(torch.tensor(x + resp, dtype=torch.int32))
                 rec["prompt_len"].append(len(x))
-                rec["feats"].append(f)
+                rec["feats"].append(f.to(torch.bfloat16))
                 rec["source"].append(src)
         dt = time.time() - t0
         k = len(_shards(out))
@@ -413,33 +390,51 @@ def asdict_cfg(c) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------------- evaluation
+def greedy_batch(target, prompts: list[list[int]], layers: list[int], max_new_tokens: int):
+    """The target's greedy responses to a batch of prompts (token ids), left-padded into one HF `generate` call, and
+    the target features of every prompt and response token.
+
+    Returns ([(response ids incl. the EOS token if reached, feats fp32 [T, m*H])], generation steps); row t of feats
+    holds the features of token t of prompt + response; the last row is zero (it is never used as context).
+    """
+    eos = sorted(target.eos_ids)
+    tok = target.tokenizer
+    pad = next(p for p in (getattr(tok, "pad_token_id", None), target.config.pad_token_id, *eos, 0) if p is not None)
+    P = max(len(x) for x in prompts)
+    inp = torch.full((len(prompts), P), pad, dtype=torch.long)
+    att = torch.zeros((len(prompts), P), dtype=torch.long)
+    for b, x in enumerate(prompts):
+        inp[b, P - len(x):] = torch.tensor(x)
+        att[b, P - len(x):] = 1
+    with torch.inference_mode():
+        # our cache grows in place (HF's DynamicCache copies every layer at every step)
+        g = target.model.generate(input_ids=inp.to(target.device), attention_mask=att.to(target.device),
+                                  max_new_tokens=max_new_tokens, do_sample=False, output_hidden_states=True,
+                                  return_dict_in_generate=True, pad_token_id=pad, eos_token_id=eos or None,
+                                  cache=target.new_cache())
+    seqs = g.sequences.cpu()  # [b, P + S]
+    # hidden_states: step 0 -> tuple(layers + 1) of [b, P, H]; step s > 0 -> [b, 1, H] (the token fed at step s)
+    feats_all = torch.cat([torch.cat([h[k + 1] for k in layers], -1) for h in g.hidden_states], 1).float().cpu()
+    del g  # feats_all [b, P + S - 1, m*H]
+    out = []
+    for b, x in enumerate(prompts):
+        resp = seqs[b, P:].tolist()
+        resp = resp[:next((j + 1 for j, t in enumerate(resp) if t in eos), len(resp))]  # keep the EOS token
+        T = len(x) + len(resp)
+        f = torch.zeros(T, feats_all.shape[-1])
+        f[:T - 1] = feats_all[b, P - len(x):P - len(x) + T - 1]
+        out.append((resp, f))
+    return out, seqs.shape[1] - P
+
+
 def greedy_references(target, prompts: list[str], layers: list[int], max_new_tokens: int = 256,
                       batch_size: int = 10):
     """The target's greedy responses and features: list of (tokens [T], prompt_len, feats fp32 [T, F])."""
-    eos = sorted(target.eos_ids)
-    pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else eos[0]
     refs = []
     for i in range(0, len(prompts), batch_size):
         batch = [target.chat_ids(p).tolist() for p in prompts[i:i + batch_size]]
-        P = max(len(x) for x in batch)
-        inp = torch.full((len(batch), P), pad, dtype=torch.long)
-        att = torch.zeros((len(batch), P), dtype=torch.long)
-        for b, x in enumerate(batch):
-            inp[b, P - len(x):] = torch.tensor(x)
-            att[b, P - len(x):] = 1
-        with torch.inference_mode():
-            g = target.model.generate(input_ids=inp.to(target.device), attention_mask=att.to(target.device),
-                                      max_new_tokens=max_new_tokens, do_sample=False, output_hidden_states=True,
-                                      return_dict_in_generate=True, pad_token_id=pad, eos_token_id=eos)
-        feats_all = torch.cat([torch.cat([h[k + 1] for k in layers], -1) for h in g.hidden_states], 1).float().cpu()
-        seqs = g.sequences.cpu()
-        for b, x in enumerate(batch):
-            resp = seqs[b, P:].tolist()
-            resp = resp[:next((j + 1 for j, t in enumerate(resp) if t in eos), len(resp))]
-            T = len(x) + len(resp)
-            f = torch.zeros(T, feats_all.shape[-1])
-            f[:T - 1] = feats_all[b, P - len(x):P - len(x) + T - 1]
-            refs.append((torch.tensor(x + resp), len(x), f))
+        results, _ = greedy_batch(target, batch, layers, max_new_tokens)
+        refs += [(torch.tensor(x + resp), len(x), f) for x, (resp, f) in zip(batch, results)]
     return refs
 
 
