@@ -71,3 +71,20 @@ def accept_walk(tokens: torch.Tensor, parents: torch.Tensor, choices: torch.Tens
         node = children[(node, choice[node + 1])]
         path.append(node)
     return path, choice[node + 1]
+
+
+def accepted_along(tokens: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor, continuation: list[int],
+                   final: bool = False) -> int | None:
+    """How many nodes of a draft tree the text that followed its root accepts: `accept_walk` with continuation[d] as
+    the target's choice at every depth-d node (the root: continuation[0]). This prices a tree that was never verified
+    (what a round would have yielded with another draft) once the output is known. Greedy: exact (the choice at a
+    node is the argmax after its prefix). Sampling: the outcome had each prefix's draw been the one the output used,
+    which has the law of a fresh verify (draws at different prefixes are independent). None while the continuation
+    is not longer than the tree is deep, unless `final` (the output has ended: no later token can be accepted).
+    """
+    deepest = int(depths.max()) if depths.numel() else 0
+    if len(continuation) <= deepest and not final:
+        return None
+    known = list(continuation) + [-1] * (deepest + 1 - len(continuation))  # -1: no token ever matches it
+    choices = torch.tensor([known[0]] + [known[d] for d in depths.tolist()])
+    return len(accept_walk(tokens, parents, choices)[0])

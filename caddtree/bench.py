@@ -11,6 +11,7 @@ budget, the --drafter); a prefix picks another drafter for the same two: `lookup
 shipped DFlash drafter), `mix-` (DFlash + prompt lookup, `--drafter dflash+lookup`), e.g. `lookup-caddtree`;
 `caddtree@cd0.5` / `@cd2` / `@cv0.5` / `@cv2` (cost model perturbed: C_d, or the C_v slope in n, scaled; --perturb),
 `caddtree@nogate` (a two-stage drafter such as `mix` runs both stages every round: no `budget.DraftGate`),
+`caddtree@predgate` (the gate learns from the policy's predicted gains instead of the realised ones),
 peers `hf` / `hf-lookup` (Hugging Face `generate`, plain / prompt_lookup_num_tokens=10) and `llamacpp`
 (llama-cpp-python on the same GGUF, if importable).
 
@@ -41,6 +42,7 @@ ALL_DATASETS = "math500,gsm8k,aime25,humaneval,mbpp,livecodebench,mt_bench,alpac
 DEFAULT_METHODS = "ar,ddtree:8,16,32,64,caddtree"
 QUICK = dict(num_prompts=1, max_new_tokens=16, methods="ar,ddtree:4,caddtree")
 PERTURB = {"cd0.5": (0.5, 1.0), "cd2": (2.0, 1.0), "cv0.5": (1.0, 0.5), "cv2": (1.0, 2.0)}  # (C_d, C_v slope) scale
+GATE_VARIANTS = {"nogate": False, "predgate": "predicted"}  # method suffix -> Decoder(gate=...)
 PEERS = ("hf", "hf-lookup", "llamacpp")
 DRAFTER_PREFIX = {"lookup": "lookup", "dflash": "dflash", "mix": "dflash+lookup"}  # method prefix -> --drafter spec
 TREE_METHODS = ("ddtree",) + tuple(f"{p}-ddtree" for p in DRAFTER_PREFIX)
@@ -69,9 +71,10 @@ def parse_methods(spec: str) -> list[str]:
             last = None
             base, _, pert = name.partition("@")
             if arg or base not in ("ar", *COST_METHODS, *PEERS) or (pert and (
-                    base not in COST_METHODS or pert not in (*PERTURB, "nogate"))):
+                    base not in COST_METHODS or pert not in (*PERTURB, *GATE_VARIANTS))):
+                variants = ",".join((*PERTURB, *GATE_VARIANTS))
                 raise CaddtreeError(f"--methods: unknown method '{tok}' (ar, ddtree:B, caddtree, "
-                                    f"caddtree@{{{','.join(PERTURB)},nogate}}, the same with a drafter prefix "
+                                    f"caddtree@{{{variants}}}, the same with a drafter prefix "
                                     f"{'-, '.join(DRAFTER_PREFIX)}- (e.g. lookup-caddtree), hf, hf-lookup, llamacpp)")
         if tok not in out:
             out.append(tok)
@@ -115,7 +118,7 @@ def _decoder(method: str, target, drafter_for, cost_model_for):
     cm = cost_model_for(drafter)
     if pert in PERTURB:
         cm = perturb_cost_model(cm, *PERTURB[pert])
-    return Decoder(target, drafter, "caddtree", cost_model=cm, gate=pert != "nogate"), desc
+    return Decoder(target, drafter, "caddtree", cost_model=cm, gate=GATE_VARIANTS.get(pert, True)), desc
 
 
 # ------------------------------------------------------------------------------------------------------------ peers

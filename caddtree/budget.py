@@ -64,8 +64,10 @@ class DraftGate:
     CaDDTree maximises θ = (1 + Φ) / (C_d + C_v) over the tree; this extends the choice to C_d itself. Each round
     θ1, the best θ with q1 alone (C_d = the first stage's), is known before paying for stage 2; θ2 is not. The gate
     keeps, per band of the ratio θ1 / θ0 (θ0: a plain step's θ), the running mean of the gain θ2 - θ1 observed in the
-    rounds where it ran stage 2 (both are the policy's own predictions, from the calibrated marginals and the cost
-    model), and runs stage 2 only where that mean is positive: e.g. on chat text the trained drafter rarely pays its
+    rounds where it ran stage 2, and runs stage 2 only where that mean is positive. The engine feeds it either the
+    realised gain (default: each θ with 1 + the tokens its tree would have had accepted, known once the output has
+    passed the round, over the cost model's round time; `accept.accepted_along`) or the predicted one (1 + Φ from the
+    calibrated marginals, which inherits their miscalibration): e.g. on chat text the trained drafter rarely pays its
     cost, and where the lookup already has a long confident match it adds little. A band that skips keeps being
     re-checked every `explore_every` rounds, and each band runs stage 2 for its first `warmup` rounds, so the gate
     follows a change of text. Only the draft changes, never the output.
@@ -90,7 +92,7 @@ class DraftGate:
         return False
 
     def observe(self, band: int, theta1: float, theta2: float) -> None:
-        """Stage 2 ran: record its predicted gain over stage 1 alone."""
+        """Stage 2 ran: record its gain (realised or predicted) over stage 1 alone."""
         g = theta2 - theta1
         self.gain[band] = g if self.seen[band] == 0 else self.memory * self.gain[band] + (1 - self.memory) * g
         self.seen[band] += 1

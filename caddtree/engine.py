@@ -3,7 +3,8 @@
     drafter marginals -> tree builder + budget policy -> tree verification -> acceptance -> cache compaction
 
 (With CaDDTree and a two-stage drafter, the marginals come in two steps: the cheap stage's tree is priced first and
-the costly stage runs only where `budget.DraftGate` expects it to raise the expected tokens per second.)
+the costly stage runs only where `budget.DraftGate` expects it to raise the tokens per second; the gate learns that
+from what both drafts would have had accepted, once the output has passed the round.)
 
 Invariant between rounds: the target's KV cache holds every committed token except the last one (the root), which
 is the first token of the next verify forward. Plain decoding is the same loop with an empty tree (`method="ar"`),
@@ -16,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from caddtree.accept import SamplingParams, accept_walk, target_choices
+from caddtree.accept import SamplingParams, accept_walk, accepted_along, target_choices
 from caddtree.budget import DraftGate, choose_tree_size
 from caddtree.drafter import Drafter
 from caddtree.errors import CaddtreeError
@@ -24,6 +25,18 @@ from caddtree.target import Target, compact_cache
 from caddtree.tree import Tree, build_tree, verify_inputs
 
 METHODS = ("ar", "ddtree", "caddtree")
+GATES = ("realised", "predicted")
+
+
+@dataclass
+class GateProbe:
+    """A round where the gate ran the costly stage: what stage 1 alone would have verified, for pricing later."""
+    band: int
+    start: int          # index in the output of the round's first new token
+    cheap: Tree         # the tree stage 1 alone chose
+    cheap_ms: float     # its predicted round time (C_d of stage 1 + C_v)
+    full: Tree          # the tree verified (both stages)
+    full_ms: float
 
 
 @dataclass
@@ -117,7 +130,7 @@ class Decoder:
     """
 
     def __init__(self, target: Target, drafter: Drafter | None = None, method: str = "ar", budget: int = 32,
-                 cost_model=None, gate: bool = True):
+                 cost_model=None, gate: bool | str = True):
         if method not in METHODS:
             raise CaddtreeError(f"unknown method '{method}': choose one of {', '.join(METHODS)}")
         if method != "ar" and drafter is None:
@@ -131,6 +144,13 @@ class Decoder:
         self.cost_model = cost_model
         # CaDDTree with a two-stage drafter also decides, per round, whether its costly stage is worth drafting
         two_stage = hasattr(drafter, "propose_cheap") and getattr(cost_model, "cheap_draft", None) is not None
+        if gate is True:
+            gate = "realised"
+        if gate and gate not in GATES:
+            raise CaddtreeError(f"unknown gate '{gate}': choose one of {', '.join(GATES)} (or no gate)")
+        # "realised": the gate learns from the tokens each draft would actually have had accepted (known once the
+        # output has passed the round); "predicted": from the policy's own expectation Φ of both drafts
+        self.gate_mode = gate or None
         self.gate = DraftGate() if gate and method == "caddtree" and two_stage else None
 
     def _check(self, prompt_len: int, max_new_tokens: int) -> None:
@@ -154,7 +174,8 @@ class Decoder:
         choice = choose_tree_size(tree.log_weights, self.cost_model, ctx, draft_ms=draft_ms)
         return tree.prefix(choice.n), choice
 
-    def _draft_tree(self, tokens: torch.Tensor, feats, ctx: int, room: int, stats: RoundStats) -> Tree:
+    def _draft_tree(self, tokens: torch.Tensor, feats, ctx: int, room: int, stats: RoundStats):
+        """-> (tree to verify, GateProbe if the gate ran the costly stage and learns from realised gains, else None)"""
         device = self.target.device
         clock = [_now(device)]
 
@@ -163,6 +184,7 @@ class Decoder:
             ms, clock[0] = 1000 * (t - clock[0]), t
             return ms
 
+        probe = None
         if self.gate is None:
             log_probs = self.drafter.propose(tokens, feats)  # [L, V]
             stats.draft_ms = lap()
@@ -177,17 +199,35 @@ class Decoder:
             stats.build_ms = lap()
             stats.second_stage = self.gate.run_rest(band)
             if stats.second_stage:
+                cheap, cheap_ms = tree, choice.predicted_ms
                 log_probs = self.drafter.propose_rest(tokens, feats)
                 stats.draft_ms += lap()
                 tree, choice = self._choose(log_probs, ctx, room)
-                self.gate.observe(band, theta1, choice.tokens_per_s)
+                if self.gate_mode == "predicted":
+                    self.gate.observe(band, theta1, choice.tokens_per_s)
+                else:
+                    probe = GateProbe(band, -1, cheap, cheap_ms, tree, choice.predicted_ms)
                 stats.build_ms += lap()
             else:
                 self.drafter.skip_rest(feats)
                 stats.draft_ms += lap()
         if choice is not None:
             stats.predicted_phi, stats.predicted_ms = float(choice.phi), float(choice.predicted_ms)
-        return tree
+        return tree, probe
+
+    def _observe_realised(self, probes: list[GateProbe], output: list[int], final: bool) -> list[GateProbe]:
+        """Feed the gate θ = (1 + accepted) / predicted round time of both drafts of each probe whose outcome the
+        output now decides; return the probes still waiting for more output."""
+        waiting = []
+        for p in probes:
+            text = output[p.start:]
+            a_cheap = accepted_along(p.cheap.tokens, p.cheap.parents, p.cheap.depths, text, final)
+            a_full = accepted_along(p.full.tokens, p.full.parents, p.full.depths, text, final)
+            if a_cheap is None or a_full is None:
+                waiting.append(p)
+                continue
+            self.gate.observe(p.band, 1000.0 * (1 + a_cheap) / p.cheap_ms, 1000.0 * (1 + a_full) / p.full_ms)
+        return waiting
 
     @torch.inference_mode()
     def generate(self, prompt_ids: torch.Tensor, max_new_tokens: int = 128,
@@ -213,13 +253,14 @@ class Decoder:
         result = GenerationResult(prompt_len=P, tokens=[], prefill_ms=1000 * (_now(device) - t0))
 
         committed = prompt_ids.tolist()
+        probes: list[GateProbe] = []  # rounds whose stage-1-only outcome the gate learns once the output decides it
         while True:
             ctx = len(committed) - 1
             stats = RoundStats(ctx=ctx, tree_size=0, accepted=0, emitted=0)
             room = max_new_tokens - len(result.tokens) - 1  # draft depth that can still be emitted
-            tree = Tree.empty()
+            tree, probe = Tree.empty(), None
             if speculative and room > 0:
-                tree = self._draft_tree(torch.tensor(committed, device=device), feats, ctx, room, stats)
+                tree, probe = self._draft_tree(torch.tensor(committed, device=device), feats, ctx, room, stats)
             t1 = _now(device)
             logits, vfeats = verify_tree(target, cache, committed[-1], tree)
             t2 = _now(device)
@@ -241,12 +282,16 @@ class Decoder:
                 new = new[:hit + 1]
             stats.emitted = len(new)
             result.rounds.append(stats)
+            if probe is not None:
+                probe.start = len(result.tokens)
+                probes.append(probe)
             result.tokens.extend(new)
             committed.extend(new)
             if on_tokens is not None:
                 on_tokens(new)
-            if hit is not None:
-                result.stop_reason = "eos"
-                return result
-            if len(result.tokens) >= max_new_tokens:
+            done = hit is not None or len(result.tokens) >= max_new_tokens
+            if probes:
+                probes = self._observe_realised(probes, result.tokens, final=done)
+            if done:
+                result.stop_reason = "eos" if hit is not None else "length"
                 return result

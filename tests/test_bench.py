@@ -73,7 +73,9 @@ def test_parse_methods():
     assert bench.parse_methods("caddtree@cd0.5,ar,ar") == ["caddtree@cd0.5", "ar"]
     assert bench.parse_methods("mix-caddtree,dflash-ddtree:4,8,mix-caddtree@cv2") == [
         "mix-caddtree", "dflash-ddtree:4", "dflash-ddtree:8", "mix-caddtree@cv2"]
-    for bad in ("ar,8", "ddtree", "ddtree:0", "nope", "ar@cd2", "caddtree@x", "foo-caddtree", "mix-ar"):
+    assert bench.parse_methods("caddtree@nogate,caddtree@predgate") == ["caddtree@nogate", "caddtree@predgate"]
+    for bad in ("ar,8", "ddtree", "ddtree:0", "nope", "ar@cd2", "caddtree@x", "foo-caddtree", "mix-ar",
+                "ddtree@predgate:4"):
         with pytest.raises(CaddtreeError):
             bench.parse_methods(bad)
 

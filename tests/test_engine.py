@@ -264,6 +264,43 @@ def test_gated_two_stage_caddtree_is_exact_and_skips_where_stage_two_does_not_pa
         assert 0 < sum(ran) < len(ran) / 2, ran
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_realised_gate_skips_an_overconfident_stage_two_that_the_predicted_gate_keeps(seed):
+    """Stage 2 = random marginals with top probabilities near 1: its predicted gain is large, its trees are almost
+    never accepted. The gate learning from realised acceptance stops paying for it; learning from predictions not."""
+    import numpy as np
+
+    from caddtree.costmodel import CostModel
+    target = make_tiny_target(seed)
+    p = prompt(seed, 16)
+    expect = reference_greedy(target, p, 60)
+    cv = np.r_[10.0, 10.0 + 0.5 * np.arange(1, 17)]
+    cost = CostModel([1], cv[None], np.zeros(17), [2.0], [0.0], cheap_draft=[0.1])
+    rates = {}
+    for mode in ("realised", "predicted"):
+        mix = LookupMixtureDrafter(RandomDrafter(target.vocab_size, num_positions=4, seed=seed, sharpness=30.0),
+                                   PromptLookupDrafter(target.vocab_size, num_positions=4))
+        dec = Decoder(target, mix, method="caddtree", cost_model=cost, gate=mode)
+        ran = []
+        for _ in range(2):
+            out = dec.generate(p, 60)
+            assert out.tokens == expect
+            ran += [r.second_stage for r in out.rounds if r.second_stage is not None]
+        rates[mode] = sum(ran) / len(ran)
+    assert rates["predicted"] > 0.9 and rates["realised"] < 0.5, rates
+
+
+def test_unknown_gate_is_a_clear_error():
+    import numpy as np
+
+    from caddtree.costmodel import CostModel
+    target = make_tiny_target(0)
+    cost = CostModel([1], np.r_[10.0, 10.5][None], np.zeros(2), [2.0], [0.0], cheap_draft=[0.1])
+    mix = LookupMixtureDrafter(RandomDrafter(target.vocab_size, 4), PromptLookupDrafter(target.vocab_size, 4))
+    with pytest.raises(CaddtreeError, match="unknown gate 'oracle'"):
+        Decoder(target, mix, method="caddtree", cost_model=cost, gate="oracle")
+
+
 def test_two_stage_mixture_equals_one_call():
     target = make_tiny_target(0)
     toks = prompt(0, 20)
