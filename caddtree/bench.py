@@ -570,6 +570,9 @@ def add_bench_parser(sub) -> None:
                         "also ddtree:B / caddtree with a drafter prefix lookup-, dflash-, mix- (e.g. mix-caddtree), "
                         "hf, hf-lookup, llamacpp")
     b.add_argument("--num-prompts", type=int, default=None, help="first N prompts per dataset (default 10)")
+    b.add_argument("--first-prompt", type=int, default=0, metavar="K",
+                   help="start at each dataset's K-th prompt (0-based), e.g. to check a change on prompts that "
+                        "another run did not use")
     b.add_argument("--max-new-tokens", type=int, default=None, help="default 256")
     b.add_argument("--temperature", type=float, default=0.0)
     b.add_argument("--top-k", type=int, default=0)
@@ -619,7 +622,11 @@ def cmd_bench(args) -> None:
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
     part = _parse_part(args.part)
     names = [d.strip() for d in args.datasets.split(",") if d.strip()]
-    prompts = {d: load_prompts(d, num, data_dir=args.data_dir) for d in names}  # fail fast, before loading models
+    if args.first_prompt < 0:
+        raise CaddtreeError(f"--first-prompt must be >= 0, got {args.first_prompt}")
+    first = args.first_prompt
+    # fail fast, before loading models
+    prompts = {d: load_prompts(d, first + num, data_dir=args.data_dir)[first:] for d in names}
     setup_torch(args)
     target = load_target(args.target, device=args.device)
     out = Path(args.out)
@@ -635,7 +642,9 @@ def cmd_bench(args) -> None:
           f"{max_new} new tokens | T={args.temperature} | out {out}", file=sys.stderr)
     if args.report:  # no runs: summarise what the records hold (a split run's parts, an interrupted run)
         config = config_key(target.name, max_new, sampling, args.turns, args.seed)
-        records = [r for r in load_records(out) if r.get("config") == config and r["method"] in methods]
+        asked = {(d, str(x["id"])) for d in names for x in prompts[d]}
+        records = [r for r in load_records(out) if r.get("config") == config and r["method"] in methods
+                   and (r["dataset"], r["prompt_id"]) in asked]
         have = {}
         for r in records:
             have.setdefault((r["dataset"], r["prompt_id"]), set()).add(r["method"])
@@ -648,7 +657,7 @@ def cmd_bench(args) -> None:
     records = [r for r in records if r["dataset"] in names and r["method"] in methods]
     drafters = sorted({r["drafter"] for r in records if r.get("drafter")})
     header = (f"# caddtree bench\n\ntarget `{target.name}`, drafter(s) {', '.join(drafters) or '–'}, "
-              f"{num} prompts per dataset, {max_new} new tokens, temperature {args.temperature}, "
+              f"{num} prompts per dataset{f' from prompt {first}' if first else ''}, {max_new} new tokens, temperature {args.temperature}, "
               f"{torch.get_num_threads()} torch threads. ms/token = decode time per output token, prefill excluded "
               f"(HF peers: t(N tokens) - t(1 token) over N - 1; llama.cpp: its token stream, token 1 to N); "
               f"speed-up = median ms/token of `ar` / the method's.\n")
@@ -664,7 +673,8 @@ def cmd_bench(args) -> None:
         save_cost_model(cm, out / f"{stem}.json")
     end = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     run = {"argv": sys.argv, "start": start, "end": end, "machine": machine_info(), "target": target.name,
-           "drafters": drafters, "methods": methods, "datasets": names, "num_prompts": num, "max_new_tokens": max_new,
+           "drafters": drafters, "methods": methods, "datasets": names, "num_prompts": num, "first_prompt": first,
+           "max_new_tokens": max_new,
            "temperature": args.temperature, "seed": args.seed, "turns": args.turns,
            "cost_model": next((cm.provenance for cm in cms.values()), None)}
     prev = json.loads((out / "run.json").read_text()).get("runs", []) if (out / "run.json").is_file() else []

@@ -179,7 +179,10 @@ def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, monkeypatch)
 def test_cli_registers_bench():
     from caddtree.cli import build_parser
     args = build_parser().parse_args(["bench", "--quick", "--out", "x", "--perturb", "--methods", "ar,ddtree:4,8"])
-    assert args.func is bench.cmd_bench and args.quick and args.perturb
+    assert args.func is bench.cmd_bench and args.quick and args.perturb and args.first_prompt == 0
+    args = build_parser().parse_args(["bench", "--out", "x", "--first-prompt", "-1"])
+    with pytest.raises(CaddtreeError, match="--first-prompt must be >= 0"):
+        bench.cmd_bench(args)
 
 
 def test_split_run_parts_cover_every_prompt_once_round_robin(tmp_path, data_dir, monkeypatch):
