@@ -657,7 +657,8 @@ def cmd_bench(args) -> None:
     records = [r for r in records if r["dataset"] in names and r["method"] in methods]
     drafters = sorted({r["drafter"] for r in records if r.get("drafter")})
     header = (f"# caddtree bench\n\ntarget `{target.name}`, drafter(s) {', '.join(drafters) or '–'}, "
-              f"{num} prompts per dataset{f' from prompt {first}' if first else ''}, {max_new} new tokens, temperature {args.temperature}, "
+              f"{num} prompts per dataset{f' from prompt {first}' if first else ''}, {max_new} new tokens, "
+              f"temperature {args.temperature}, "
               f"{torch.get_num_threads()} torch threads. ms/token = decode time per output token, prefill excluded "
               f"(HF peers: t(N tokens) - t(1 token) over N - 1; llama.cpp: its token stream, token 1 to N); "
               f"speed-up = median ms/token of `ar` / the method's.\n")
