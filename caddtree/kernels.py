@@ -1,57 +1,107 @@
-"""CPU linear layers laid out for the row counts decoding uses.
+"""CPU linear layers for the row counts decoding uses: one small C++ kernel (`panel_linear.cpp`), built on first use.
 
-Why: verifying a tree multiplies every weight by a handful of rows (2-65), and PyTorch's default CPU GEMM re-packs
-the weight on each such call. On this project's 2-core machine (SmolLM2-135M fp32, 1 thread, 256-token cache, the
-other core busy) a 2-token forward took 111-133 ms against 69-74 ms for one token; with the weights packed once for
-oneDNN it took 89-94 ms, and 10-20% less from 3 to 33 tokens (3: 150-158 -> 110-113 ms, 33: 269-279 -> 221-259 ms).
-One row (plain decoding, and every CaDDTree round that picks the empty tree) is fastest as `x @ W^T` with W^T stored
-contiguous ([in, out]): the weight is then streamed row after row instead of read as 576-float dot products. Same
-machine, 300-token cache, interleaved medians: 1-token forward 56.0 -> 46.8 ms with the other core idle (LM head
-alone: 8.0 -> 4.4 ms), 72.5 -> 66.9 ms with it busy (`python -m caddtree.kernels`); for 2 tokens W^T and the packed
-weights tie (72.7 vs 73.5 ms), from 3 tokens on the packed weights win (77 vs 89 ms).
-So each linear keeps its weight transposed in place (the same Parameter: tied weights stay tied, and the packed copy
-stays the only extra one). Reproduce with `python -m caddtree.kernels` (default vs packed forwards).
+Why: plain decoding multiplies every weight by one row, tree verification by a handful (2-65), and on CPU both are
+bound by reading the weights from memory. PyTorch's GEMMs lose that for a few rows: on this project's 2-core machine
+(SmolLM2-135M fp32, 1 thread, 300-token cache) a 2-token forward took ~94 ms against ~68 ms for one token, with MKL
+and with oneDNN-packed weights alike. The kernel streams each weight once in 64-column panels and reuses a panel
+from cache for every group of up to 6 rows; same machine, interleaved medians (`python -m caddtree.kernels`): see
+the table in the README. Each output row is summed in the same order whatever the other rows are, so a token's
+logits in a verified tree are bit-identical to the ones the plain step would compute from the same activations.
+
+Rows above MAX_ROWS (prefill), grad mode, other dtypes and non-CPU tensors use `F.linear`. Without a C++ compiler
+(or ninja) the kernel is not built: linears stay PyTorch's, with a one-line warning; decoding is the same, slower.
 """
 from __future__ import annotations
 
 import copy
+import functools
+import hashlib
+import platform
+import sys
+import warnings
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-
 # in cost-profile keys: bump when the CPU kernels change (linears here, attention and KV cache in caddtree.target, the
 # DFlash drafter's output head), so no stale profile is reused
-KERNELS = "packed4"
+KERNELS = "panel1"
+PANEL = 64  # output columns per panel (panel_linear.cpp's P)
+MAX_ROWS = 96  # above this PyTorch's GEMM wins (prefill); measured with `python -m caddtree.kernels`
+
+_SOURCE = Path(__file__).with_name("panel_linear.cpp")
+
+
+def _cpu_tag() -> str:
+    """The build uses -march=native: key it by the CPU as well as the source, so a shared cache never runs code
+    built for another CPU."""
+    cpu = platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu += "".join(line for line in f if line.startswith(("model name", "flags", "Features")))
+    except OSError:
+        pass
+    return cpu
+
+
+@functools.cache
+def _library():
+    """The compiled kernel module, or None (warned once) where it cannot be built."""
+    from torch.utils.cpp_extension import load
+
+    from caddtree.target import cache_dir
+    key = hashlib.sha256(_SOURCE.read_bytes() + _cpu_tag().encode() + torch.__version__.encode()).hexdigest()[:12]
+    build = cache_dir() / "kernels" / key
+    build.mkdir(parents=True, exist_ok=True)
+    if not any(build.glob("*.so")):
+        print(f"caddtree: compiling the CPU linear kernel into {build} (once per machine, ~30 s)", file=sys.stderr)
+    try:
+        return load(name=f"caddtree_panel_linear_{key}", sources=[str(_SOURCE)], build_directory=str(build),
+                    extra_cflags=["-O3", "-march=native"], verbose=False)
+    except Exception as e:  # no compiler, no ninja, unsupported platform: keep PyTorch's linears
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        warnings.warn(f"caddtree: CPU linear kernel not built ({first}); decoding uses PyTorch's linears (same "
+                      f"output, slower tree verification). Install a C++ compiler and ninja to enable it.",
+                      stacklevel=2)
+        return None
 
 
 def packing_available() -> bool:
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    return _library() is not None
+
+
+def to_panels(weight: torch.Tensor) -> torch.Tensor:
+    """W [N, K] -> panels [ceil(N/64), K, 64], zero-padded: panel b, row k = W[64b : 64b+64, k]."""
+    n, k = weight.shape
+    blocks = -(-n // PANEL)
+    padded = F.pad(weight.detach().float(), (0, 0, 0, blocks * PANEL - n))  # [blocks*64, K]
+    return padded.view(blocks, PANEL, k).transpose(1, 2).contiguous()
 
 
 class PackedLinear(nn.Module):
-    """Drop-in for an inference-only `nn.Linear` on CPU. `weight` stays the same Parameter object (tied weights stay
-    tied) but its storage becomes W^T contiguous; multi-row calls use a oneDNN-packed copy."""
+    """Drop-in for an inference-only fp32 `nn.Linear` on CPU. `weight` stays the same Parameter (tied weights stay
+    tied); the panels are the one extra copy."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         super().__init__()
         self.weight, self.bias = weight, bias
         self.out_features, self.in_features = weight.shape
-        w = weight.detach()
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), None)
-        if not w.t().is_contiguous():  # re-lay the storage once; already done if the weight is shared and packed
-            weight.data = w.t().contiguous().t()
+        self.panels = to_panels(weight)  # [ceil(N/64), K, 64]
 
-    def __deepcopy__(self, memo):  # oneDNN's packed tensor has no storage to copy: re-pack the copied weight
+    def __deepcopy__(self, memo):
         return PackedLinear(copy.deepcopy(self.weight, memo), copy.deepcopy(self.bias, memo))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        # one row: F.linear computes x @ weight.t(), which the W^T storage makes a contiguous [in, out] read
-        if rows == 1 or x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled():
+        if (not 0 < rows <= MAX_ROWS or x.device.type != "cpu" or x.dtype != torch.float32
+                or torch.is_grad_enabled()):
             return F.linear(x, self.weight, self.bias)
-        y = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), self.packed, self.bias, "none", [], "")
+        y = _library().panel_linear(x.reshape(rows, self.in_features).contiguous(), self.panels,
+                                    self.out_features)  # [rows, N]
+        if self.bias is not None:
+            y += self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
 
 
@@ -68,15 +118,15 @@ def pack_linears(module: nn.Module) -> int:
     return count
 
 
-def _compare(ctx: int = 300, sizes=(1, 2, 3, 5, 9, 17, 33), reps: int = 12) -> None:
-    """Median forward ms of the built-in target, n new tokens on a ctx-token cache, default vs packed linears.
-    The two models alternate call by call, so a load drift of a shared machine hits both columns alike."""
+def _compare(ctx: int = 300, sizes=(1, 2, 3, 5, 9, 17, 33, 65, 97, 129), reps: int = 12) -> None:
+    """Median forward ms of the built-in target, n new tokens on a ctx-token cache, PyTorch's linears vs the panel
+    kernel. The two models alternate call by call, so a load drift of a shared machine hits both columns alike."""
     import time
 
     from caddtree.target import load_target
 
     torch.set_num_threads(1)
-    targets = {"default": load_target(pack=False), "packed": load_target(pack=True)}
+    targets = {"pytorch": load_target(pack=False), "panel": load_target(pack=True)}
     ids = torch.randint(0, 1000, (ctx,))
     caches = {}
     for name, target in targets.items():
@@ -91,10 +141,10 @@ def _compare(ctx: int = 300, sizes=(1, 2, 3, 5, 9, 17, 33), reps: int = 12) -> N
                 target.forward(new, caches[name])
                 times[name, n].append((time.perf_counter() - t0) * 1e3)
                 caches[name].crop(-n)
-    print("n tokens | default ms | packed ms")
+    print("n tokens | pytorch ms | panel ms")
     for n in sizes:
         a, b = (sorted(times[name, n])[reps // 2] for name in targets)
-        print(f"{n:8d} | {a:10.1f} | {b:9.1f}")
+        print(f"{n:8d} | {a:10.1f} | {b:8.1f}")
 
 
 if __name__ == "__main__":
