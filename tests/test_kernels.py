@@ -10,9 +10,10 @@ from caddtree.kernels import KERNELS, MAX_ROWS, PackedLinear, pack_linears, pack
 from caddtree.profile import device_label
 from conftest import OracleDrafter, RandomDrafter, make_tiny_target, reference_greedy
 
-pytestmark = pytest.mark.skipif(not packing_available(), reason="panel kernel not built (no C++ compiler)")
+needs_kernel = pytest.mark.skipif(not packing_available(), reason="panel kernel not built (no C++ compiler)")
 
 
+@needs_kernel
 @pytest.mark.parametrize("rows", [1, 2, 7, 33, MAX_ROWS + 1])
 def test_packed_linear_matches_linear(rows):
     torch.manual_seed(rows)
@@ -27,6 +28,7 @@ def test_packed_linear_matches_linear(rows):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@needs_kernel
 def test_packed_linear_rows_are_batch_invariant():
     """A row's output does not depend on which other rows share the call: plain steps (1 row) and tree verification
     (many rows) compute a token's logits the same way, bit for bit."""
@@ -47,6 +49,7 @@ def test_panels_layout():
     assert torch.equal(p[1, 2, :6], w[64:, 2]) and not p[1, :, 6:].any()  # zero padding past N
 
 
+@needs_kernel
 def test_pack_keeps_tied_weights_and_training_falls_back():
     target = make_tiny_target(0)
     model = target.model
@@ -63,11 +66,13 @@ def test_pack_keeps_tied_weights_and_training_falls_back():
     assert x.grad is not None
 
 
+@needs_kernel
 def test_packed_target_has_its_own_profile_label():
     assert device_label(make_tiny_target(0, pack=True)).endswith(f"-{KERNELS}")
     assert not device_label(make_tiny_target(0)).endswith(f"-{KERNELS}")
 
 
+@needs_kernel
 @pytest.mark.parametrize("seed", range(3))
 def test_packed_tree_decoding_equals_plain_greedy(seed):
     target = make_tiny_target(seed, pack=True)
@@ -80,6 +85,7 @@ def test_packed_tree_decoding_equals_plain_greedy(seed):
             assert Decoder(target, d, method="ddtree", budget=budget).generate(p, 32).tokens == expect
 
 
+@needs_kernel
 def test_packed_linear_deep_copies():
     import copy
     lin = nn.Linear(16, 24)
@@ -89,3 +95,19 @@ def test_packed_linear_deep_copies():
     x = torch.randn(4, 16)
     with torch.inference_mode():
         torch.testing.assert_close(clone(x), packed(x))
+
+
+def test_unbuildable_kernel_falls_back_with_a_warning(tmp_path, monkeypatch):
+    from caddtree import kernels
+    broken = tmp_path / "panel_linear.cpp"
+    broken.write_text("#error no compiler for this test\n")
+    monkeypatch.setenv("CADDTREE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(kernels, "_SOURCE", broken)
+    kernels._library.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="CPU linear kernel not built"):
+            assert not packing_available()
+        model = make_tiny_target(0).model
+        assert pack_linears(model) == 0 and type(model.lm_head) is nn.Linear  # PyTorch's linears stay
+    finally:
+        kernels._library.cache_clear()
