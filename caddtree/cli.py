@@ -42,10 +42,10 @@ def add_method_args(p: argparse.ArgumentParser) -> None:
 def load_drafter_spec(spec: str, target):
     """'auto' | 'lookup' | 'dflash' | drafter dir, optionally '+lookup' ('dflash+lookup') -> Drafter.
 
-    'auto' is the prompt-lookup drafter: on this project's CPU benchmark (results/bench-t0-256-full) it is the
-    fastest, or within noise of it, on 7 of 8 datasets; the shipped DFlash drafter (4.7 hours of training on 2 cores)
-    pays off only mixed with prompt lookup ('dflash+lookup', drafter.LookupMixtureDrafter), and most on GSM8K and
-    MBPP.
+    'auto' is the prompt-lookup drafter: on this project's CPU benchmark (results/bench-t0-256-panel) it is the
+    fastest CaDDTree drafter, or within 1% of it, on 5 of 8 datasets; the shipped DFlash drafter (4.7 hours of
+    training on 2 cores) pays off only mixed with prompt lookup ('dflash+lookup', drafter.LookupMixtureDrafter), which
+    is 10-14% faster on GSM8K, HumanEval and MBPP.
     """
     from caddtree.drafter import LookupMixtureDrafter, PromptLookupDrafter
     if spec in ("auto", "lookup"):
