@@ -42,6 +42,23 @@ def test_packed_linear_rows_are_batch_invariant():
     assert torch.equal(batched, alone) and torch.equal(batched[:12], pairs)
 
 
+@needs_kernel
+def test_packed_linear_same_bits_on_more_threads():
+    """Threads split the panels, never a sum: the result does not depend on the thread count."""
+    torch.manual_seed(1)
+    packed = PackedLinear(torch.randn(1000, 64))
+    x = torch.randn(9, 64)
+    threads = torch.get_num_threads()
+    try:
+        with torch.inference_mode():
+            one = packed(x)
+            torch.set_num_threads(2)
+            two = packed(x)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, two)
+
+
 def test_panels_layout():
     w = torch.arange(70 * 3, dtype=torch.float32).view(70, 3)
     p = to_panels(w)
