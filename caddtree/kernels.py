@@ -2,11 +2,15 @@
 
 Why: plain decoding multiplies every weight by one row, tree verification by a handful (2-65), and on CPU both are
 bound by reading the weights from memory. PyTorch's GEMMs lose that for a few rows: on this project's 2-core machine
-(SmolLM2-135M fp32, 1 thread, 300-token cache) a 2-token forward took ~94 ms against ~68 ms for one token, with MKL
-and with oneDNN-packed weights alike. The kernel streams each weight once in 64-column panels and reuses a panel
-from cache for every group of up to 6 rows; same machine, interleaved medians (`python -m caddtree.kernels`): see
-the table in the README. Each output row is summed in the same order whatever the other rows are, so a token's
-logits in a verified tree are bit-identical to the ones the plain step would compute from the same activations.
+(Intel Xeon, SmolLM2-135M fp32, 1 thread, 300-token cache) a 2-token forward took ~94 ms against ~68 ms for one
+token, with MKL and with oneDNN-packed weights alike. The kernel streams each weight once in 64-column panels and
+reuses a panel from cache for every group of up to 6 rows. Verify cost at a 128-token context, previous kernels
+(one row `x @ W^T` with W^T stored contiguous, more rows oneDNN-packed) -> panel kernel, profiled at the same time one
+per core (`results/kernels-ab/`): plain step 70.5 -> 65.7 ms, 1 tree node 89.3 -> 71.5, 4 nodes 98.8 -> 88.3,
+8 nodes 105.6 -> 101.7, 16 nodes 126.5 -> 118.6; end to end, tree methods 2-7% less time per token. Forward-level
+comparison with PyTorch's linears: `python -m caddtree.kernels`. Each output row is summed in the same order whatever
+the other rows are, so a token's logits in a verified tree are bit-identical to the ones the plain step would compute
+from the same activations.
 
 Rows above MAX_ROWS (prefill), grad mode, other dtypes and non-CPU tensors use `F.linear`. Without a C++ compiler
 (or ninja) the kernel is not built: linears stay PyTorch's, with a one-line warning; decoding is the same, slower.

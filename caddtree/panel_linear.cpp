@@ -1,4 +1,4 @@
-// y = x @ W^T for the few rows decoding multiplies (1 to ~64), fp32, CPU. Built by caddtree/kernels.py on first use.
+// y = x @ W^T for the few rows decoding multiplies (1 to ~96), fp32, CPU. Built by caddtree/kernels.py on first use.
 //
 // W is pre-packed into panels [ceil(N/64), K, 64]: panel b holds output columns 64b..64b+63, row k of a panel is
 // W[64b:64b+64, k]. A panel is read front to back exactly once from memory and then reused from L2 for every group
