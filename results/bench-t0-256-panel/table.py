@@ -20,9 +20,9 @@ def tree(ds, m):
     return f"τ {float(r['tau']):.2f}, {float(r['tree_size_mean']):.1f} nodes{share}"
 
 
-print("| dataset | n | plain (ar) | HF generate | HF prompt lookup | best fixed budget, mix (oracle) | CaDDTree, mix + "
+print("| dataset | n | plain (ar) | HF generate | HF prompt lookup | llama.cpp (Q4_1) | best fixed budget, mix (oracle) | CaDDTree, mix + "
       "gate | CaDDTree / oracle: medians; per prompt [90% CI] | CaDDTree, prompt lookup | exact match (our 5 speculative methods) |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for ds in dict.fromkeys(r["dataset"] for r in rows):
     c = by[(ds, "caddtree")]
     oracle_b = c["oracle_budget"]
@@ -30,8 +30,9 @@ for ds in dict.fromkeys(r["dataset"] for r in rows):
              f"{float(by[(ds, 'ar')]['ms_per_token']) / float(c['oracle_ms_per_token']):.2f}×)"
     ratio = f"{float(c['ratio_to_oracle']):.3f}; {float(c['paired_ratio_to_oracle']):.3f} " \
             f"[{float(c['paired_ci_low']):.2f}, {float(c['paired_ci_high']):.2f}]"
-    ours = [r for r in rows if r["dataset"] == ds and r["method"] not in ("ar", "hf", "hf-lookup") and r["compared"]]
+    ours = [r for r in rows if r["dataset"] == ds and r["compared"]
+            and r["method"] not in ("ar", "hf", "hf-lookup", "llamacpp")]
     exact = f"{sum(int(r['match']) for r in ours)}/{sum(int(r['compared']) for r in ours)}"
     print(f"| {ds} | {by[(ds, 'ar')]['n']} | {float(by[(ds, 'ar')]['ms_per_token']):.1f} | {ms(ds, 'hf')} | "
-          f"{ms(ds, 'hf-lookup')} | {oracle} | {ms(ds, 'caddtree')}, {tree(ds, 'caddtree')} | {ratio} | "
+          f"{ms(ds, 'hf-lookup')} | {ms(ds, 'llamacpp')} | {oracle} | {ms(ds, 'caddtree')}, {tree(ds, 'caddtree')} | {ratio} | "
           f"{ms(ds, 'lookup-caddtree')}, {tree(ds, 'lookup-caddtree')} | {exact} |")
