@@ -1,10 +1,11 @@
 """CPU linear layers for the row counts decoding uses: one small C++ kernel (`panel_linear.cpp`), built on first use.
 
 Why: plain decoding multiplies every weight by one row, tree verification by a handful (2-65), and on CPU both are
-bound by reading the weights from memory. PyTorch's GEMMs lose that for a few rows: on this project's 2-core machine
-(Intel Xeon, SmolLM2-135M fp32, 1 thread, 300-token cache) a 2-token forward took ~94 ms against ~68 ms for one
-token, with MKL and with oneDNN-packed weights alike. The kernel streams each weight once in 64-column panels and
-reuses a panel from cache for every group of up to 6 rows. Verify cost at a 128-token context, previous kernels
+bound by reading the weights from memory. PyTorch's GEMMs lose that from a few rows on: on this project's 2-core
+machine (Intel Xeon, SmolLM2-135M fp32, 1 thread, 300-token cache, both cores busy; `python -m caddtree.kernels`)
+PyTorch's default linears took 57.6 / 60.1 / 63.8 / 93.2 / 122.2 / 152.0 ms for a 1 / 2 / 3 / 5 / 9 / 33-token
+forward, this kernel 54.5 / 61.2 / 65.1 / 75.7 / 86.9 / 131.6. The kernel streams each weight once in 64-column
+panels and reuses a panel from cache for every group of up to 6 rows. Verify cost at a 128-token context, previous kernels
 (one row `x @ W^T` with W^T stored contiguous, more rows oneDNN-packed) -> panel kernel, profiled at the same time one
 per core (`results/kernels-ab/`): plain step 70.5 -> 65.7 ms, 1 tree node 89.3 -> 71.5, 4 nodes 98.8 -> 88.3,
 8 nodes 105.6 -> 101.7, 16 nodes 126.5 -> 118.6; end to end, tree methods 2-7% less time per token. Forward-level
