@@ -5,13 +5,12 @@ bound by reading the weights from memory. PyTorch's GEMMs lose that from a few r
 machine (Intel Xeon, SmolLM2-135M fp32, 1 thread, 300-token cache, both cores busy; `python -m caddtree.kernels`)
 PyTorch's default linears took 57.6 / 60.1 / 63.8 / 93.2 / 122.2 / 152.0 ms for a 1 / 2 / 3 / 5 / 9 / 33-token
 forward, this kernel 54.5 / 61.2 / 65.1 / 75.7 / 86.9 / 131.6. The kernel streams each weight once in 64-column
-panels and reuses a panel from cache for every group of up to 6 rows. Verify cost at a 128-token context, previous kernels
-(one row `x @ W^T` with W^T stored contiguous, more rows oneDNN-packed) -> panel kernel, profiled at the same time one
-per core (`results/kernels-ab/`): plain step 70.5 -> 65.7 ms, 1 tree node 89.3 -> 71.5, 4 nodes 98.8 -> 88.3,
-8 nodes 105.6 -> 101.7, 16 nodes 126.5 -> 118.6; end to end, tree methods 2-7% less time per token. Forward-level
-comparison with PyTorch's linears: `python -m caddtree.kernels`. Each output row is summed in the same order whatever
-the other rows are, so a token's logits in a verified tree are bit-identical to the ones the plain step would compute
-from the same activations.
+panels and reuses a panel from cache for every group of up to 6 rows. Verify cost at a 128-token context, previous
+kernels (one row `x @ W^T` with W^T stored contiguous, more rows oneDNN-packed) -> panel kernel, profiled at the same
+time one per core (`results/kernels-ab/`): plain step 70.5 -> 65.7 ms, 1 tree node 89.3 -> 71.5, 4 nodes 98.8 -> 88.3,
+8 nodes 105.6 -> 101.7, 16 nodes 126.5 -> 118.6; end to end, tree methods 2-7% less time per token. Each output row
+is summed in the same order whatever the other rows are, so a token's logits in a verified tree are bit-identical to
+the ones the plain step would compute from the same activations.
 
 Rows above MAX_ROWS (prefill), grad mode, other dtypes and non-CPU tensors use `F.linear`. Without a C++ compiler
 (or ninja) the kernel is not built: linears stay PyTorch's, with a one-line warning; decoding is the same, slower.
@@ -59,13 +58,13 @@ def _library():
     from caddtree.target import cache_dir
     key = hashlib.sha256(_SOURCE.read_bytes() + _cpu_tag().encode() + torch.__version__.encode()).hexdigest()[:12]
     build = cache_dir() / "kernels" / key
-    build.mkdir(parents=True, exist_ok=True)
-    if not any(build.glob("*.so")):
-        print(f"caddtree: compiling the CPU linear kernel into {build} (once per machine, ~30 s)", file=sys.stderr)
-    try:
+    try:  # no compiler, no ninja, unsupported platform, unwritable cache: keep PyTorch's linears
+        build.mkdir(parents=True, exist_ok=True)
+        if not any(build.glob("*.so")):
+            print(f"caddtree: compiling the CPU linear kernel into {build} (once per machine, ~30 s)", file=sys.stderr)
         return load(name=f"caddtree_panel_linear_{key}", sources=[str(_SOURCE)], build_directory=str(build),
                     extra_cflags=["-O3", "-march=native"], verbose=False)
-    except Exception as e:  # no compiler, no ninja, unsupported platform: keep PyTorch's linears
+    except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         warnings.warn(f"caddtree: CPU linear kernel not built ({first}); decoding uses PyTorch's linears (same "
                       f"output, slower tree verification). Install a C++ compiler and ninja to enable it.",

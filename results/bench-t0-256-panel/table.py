@@ -7,11 +7,11 @@ rows = list(csv.DictReader(open(Path(__file__).parent / "summary.csv")))
 by = {(r["dataset"], r["method"]): r for r in rows}
 
 
-def ms(ds, m, extra=""):
+def ms(ds, m):
     r = by.get((ds, m))
     if r is None or not r["ms_per_token"]:
         return "–"
-    return f"{float(r['ms_per_token']):.1f} ({float(r['speedup']):.2f}×{extra})"
+    return f"{float(r['ms_per_token']):.1f} ({float(r['speedup']):.2f}×)"
 
 
 def tree(ds, m):
@@ -20,8 +20,10 @@ def tree(ds, m):
     return f"τ {float(r['tau']):.2f}, {float(r['tree_size_mean']):.1f} nodes{share}"
 
 
-print("| dataset | n | plain (ar) | HF generate | HF prompt lookup | llama.cpp (Q4_1) | best fixed budget, mix (oracle) | CaDDTree, mix + "
-      "gate | CaDDTree / oracle: medians; per prompt [90% CI] | CaDDTree, prompt lookup | exact match (our 5 speculative methods) |")
+print("| dataset | n | plain (ar) | HF generate | HF prompt lookup | llama.cpp (Q4_1) "
+      "| best fixed budget, mix (oracle) | CaDDTree, mix + gate | CaDDTree / oracle: medians; per prompt [90% CI] "
+      "| CaDDTree, prompt lookup "
+      "| exact match (our 5 speculative methods) |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for ds in dict.fromkeys(r["dataset"] for r in rows):
     c = by[(ds, "caddtree")]
@@ -34,5 +36,6 @@ for ds in dict.fromkeys(r["dataset"] for r in rows):
             and r["method"] not in ("ar", "hf", "hf-lookup", "llamacpp")]
     exact = f"{sum(int(r['match']) for r in ours)}/{sum(int(r['compared']) for r in ours)}"
     print(f"| {ds} | {by[(ds, 'ar')]['n']} | {float(by[(ds, 'ar')]['ms_per_token']):.1f} | {ms(ds, 'hf')} | "
-          f"{ms(ds, 'hf-lookup')} | {ms(ds, 'llamacpp')} | {oracle} | {ms(ds, 'caddtree')}, {tree(ds, 'caddtree')} | {ratio} | "
+          f"{ms(ds, 'hf-lookup')} | {ms(ds, 'llamacpp')} | {oracle} | {ms(ds, 'caddtree')}, {tree(ds, 'caddtree')} | "
+          f"{ratio} | "
           f"{ms(ds, 'lookup-caddtree')}, {tree(ds, 'lookup-caddtree')} | {exact} |")
