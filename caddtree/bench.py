@@ -12,6 +12,7 @@ shipped DFlash drafter), `mix-` (DFlash + prompt lookup, `--drafter dflash+looku
 `caddtree@cd0.5` / `@cd2` / `@cv0.5` / `@cv2` (cost model perturbed: C_d, or the C_v slope in n, scaled; --perturb),
 `caddtree@nogate` (a two-stage drafter such as `mix` runs both stages every round: no `budget.DraftGate`),
 `caddtree@predgate` (the gate learns from the policy's predicted gains instead of the realised ones),
+`caddtree@nocal` (Φ from the drafter's marginals as they are: no `budget.PhiCalibration`),
 peers `hf` / `hf-lookup` (Hugging Face `generate`, plain / prompt_lookup_num_tokens=10) and `llamacpp`
 (llama-cpp-python on the same GGUF, if importable).
 
@@ -42,7 +43,8 @@ ALL_DATASETS = "math500,gsm8k,aime25,humaneval,mbpp,livecodebench,mt_bench,alpac
 DEFAULT_METHODS = "ar,ddtree:8,16,32,64,caddtree"
 QUICK = dict(num_prompts=1, max_new_tokens=16, methods="ar,ddtree:4,caddtree")
 PERTURB = {"cd0.5": (0.5, 1.0), "cd2": (2.0, 1.0), "cv0.5": (1.0, 0.5), "cv2": (1.0, 2.0)}  # (C_d, C_v slope) scale
-GATE_VARIANTS = {"nogate": False, "predgate": "predicted"}  # method suffix -> Decoder(gate=...)
+VARIANTS = {"nogate": {"gate": False}, "predgate": {"gate": "predicted"},  # method suffix -> Decoder(**kw)
+            "nocal": {"calibrate_phi": False}}
 PEERS = ("hf", "hf-lookup", "llamacpp")
 DRAFTER_PREFIX = {"lookup": "lookup", "dflash": "dflash", "mix": "dflash+lookup"}  # method prefix -> --drafter spec
 TREE_METHODS = ("ddtree",) + tuple(f"{p}-ddtree" for p in DRAFTER_PREFIX)
@@ -71,8 +73,8 @@ def parse_methods(spec: str) -> list[str]:
             last = None
             base, _, pert = name.partition("@")
             if arg or base not in ("ar", *COST_METHODS, *PEERS) or (pert and (
-                    base not in COST_METHODS or pert not in (*PERTURB, *GATE_VARIANTS))):
-                variants = ",".join((*PERTURB, *GATE_VARIANTS))
+                    base not in COST_METHODS or pert not in (*PERTURB, *VARIANTS))):
+                variants = ",".join((*PERTURB, *VARIANTS))
                 raise CaddtreeError(f"--methods: unknown method '{tok}' (ar, ddtree:B, caddtree, "
                                     f"caddtree@{{{variants}}}, the same with a drafter prefix "
                                     f"{'-, '.join(DRAFTER_PREFIX)}- (e.g. lookup-caddtree), hf, hf-lookup, llamacpp)")
@@ -118,7 +120,7 @@ def _decoder(method: str, target, drafter_for, cost_model_for):
     cm = cost_model_for(drafter)
     if pert in PERTURB:
         cm = perturb_cost_model(cm, *PERTURB[pert])
-    return Decoder(target, drafter, "caddtree", cost_model=cm, gate=GATE_VARIANTS.get(pert, True)), desc
+    return Decoder(target, drafter, "caddtree", cost_model=cm, **VARIANTS.get(pert, {})), desc
 
 
 # ------------------------------------------------------------------------------------------------------------ peers
@@ -150,14 +152,99 @@ def run_hf(target, ids: torch.Tensor, max_new_tokens: int, sampling, seed: int, 
             "prefill_ms": t1, "timing": "t(generate N) - t(generate 1), per N-1 tokens"}
 
 
-_LLAMA = {}
+class PeerCrashed(RuntimeError):
+    """A peer's process died (e.g. a segfault in native code); its remaining runs are skipped."""
 
 
-def run_llamacpp(target, ids: torch.Tensor, max_new_tokens: int, sampling, seed: int) -> dict:
-    """llama-cpp-python on the target's GGUF file, greedy (top_k=1) or sampled with its own sampler; decode-only
-    time from the token stream (llama-cpp-python keeps the prompt cache between calls, so the HF peer's
-    t(N) - t(1) rule would subtract a prefill that the second call skips)."""
-    import llama_cpp  # ImportError -> the caller records the skip
+def _serve(conn, make_handler, args) -> None:
+    """Child side of `PeerProcess`: build the handler, then answer requests until the parent goes away."""
+    try:
+        handle = make_handler(*args)
+    except Exception as e:  # noqa: BLE001  reported to the parent as one line
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            req = conn.recv()
+        except EOFError:  # the parent closed its end
+            return
+        try:
+            conn.send(("ok", handle(req)))
+        except Exception as e:  # noqa: BLE001
+            conn.send(("error", f"{type(e).__name__}: {e}"))
+
+
+class PeerProcess:
+    """`make_handler(*args)` built and called in a child process, so that a crash in a peer's native code (seen:
+    llama.cpp built with -march=native on a CPU it mis-detects) ends that peer's runs with a one-line error instead of
+    the whole benchmark. Timings are taken inside the handler, so the pipe adds nothing to them."""
+
+    def __init__(self, make_handler, *args, name: str = "peer"):
+        import multiprocessing as mp
+        ctx = mp.get_context("spawn")  # a clean interpreter: no copy of the parent's torch threads or model
+        self.name = name
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(child, make_handler, args), daemon=True)
+        self.proc.start()
+        child.close()
+        self._reply()  # "ready", or the handler's construction error
+
+    def _reply(self):
+        try:
+            kind, value = self.conn.recv()
+        except (EOFError, OSError):
+            self.proc.join(10)
+            code = self.proc.exitcode
+            import signal
+            why = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+            raise PeerCrashed(f"{self.name} crashed ({why})") from None
+        if kind == "error":
+            raise RuntimeError(value)
+        return value
+
+    def __call__(self, request):
+        try:
+            self.conn.send(request)
+        except (BrokenPipeError, OSError):
+            pass  # the child is gone: _reply reports how it ended
+        return self._reply()
+
+
+class LlamaCppPeer:
+    """llama-cpp-python on a GGUF file, greedy (top_k=1) or sampled with its own sampler; decode-only time from the
+    token stream (llama-cpp-python keeps the prompt cache between calls, so the HF peer's t(N) - t(1) rule would
+    subtract a prefill that the second call skips)."""
+
+    def __init__(self, path: str, n_ctx: int, seed: int, threads: int):
+        import llama_cpp
+        self.llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, seed=seed, verbose=False, n_threads=threads,
+                                   logits_all=False)
+
+    def __call__(self, request) -> dict:
+        prompt, max_new_tokens, (temperature, top_k, top_p), eos = request
+        self.llm.reset()
+        out, stamps = [], []
+        t0 = time.perf_counter()
+        # llama.cpp's own defaults (min_p 0.05) would truncate the law our engine and HF sample from: switch them off
+        for tok in self.llm.generate(prompt, top_k=1 if temperature == 0 else top_k, top_p=top_p, min_p=0.0,
+                                     typical_p=1.0, repeat_penalty=1.0, temp=temperature, reset=True):
+            stamps.append(time.perf_counter())  # token 1 comes after the prefill: time tokens 2..N from it
+            out.append(int(tok))
+            if len(out) >= max_new_tokens or tok in eos:
+                break
+        decode_ms = 1000 * (stamps[-1] - stamps[0]) if len(stamps) > 1 else 0.0
+        return {"tokens": out, "decode_ms": decode_ms, "timed_tokens": max(len(out) - 1, 1),
+                "prefill_ms": 1000 * (stamps[0] - t0),
+                "timing": "streamed: time from token 1 to token N, per N-1 tokens"}
+
+
+_LLAMA = {}  # (path, n_ctx, seed, threads) -> the peer, loaded once per run
+
+
+def run_llamacpp(target, ids: torch.Tensor, max_new_tokens: int, sampling, seed: int, isolate: bool = True) -> dict:
+    """The llama.cpp peer on the target's GGUF file; `isolate`: in its own process (`PeerProcess`)."""
+    import llama_cpp  # noqa: F401  ImportError -> the caller records the skip
     from caddtree.target import _BUILTIN_GGUF, _builtin_gguf
     if target.name in _BUILTIN_GGUF:
         path = _builtin_gguf(target.name)
@@ -165,26 +252,17 @@ def run_llamacpp(target, ids: torch.Tensor, max_new_tokens: int, sampling, seed:
         path = Path(target.name)
     else:
         raise CaddtreeError(f"llamacpp needs a GGUF target, got {target.name}")
-    if "llm" not in _LLAMA:
-        _LLAMA["llm"] = llama_cpp.Llama(model_path=str(path), n_ctx=target.max_context, seed=seed, verbose=False,
-                                        n_threads=torch.get_num_threads(), logits_all=False)
-    llm = _LLAMA["llm"]
-    prompt = ids.tolist()
-    eos = target.eos_ids
-
-    llm.reset()
-    out, stamps = [], []
-    t0 = time.perf_counter()
-    # llama.cpp's own defaults (min_p 0.05) would truncate the law our engine and HF sample from: switch them off
-    for tok in llm.generate(prompt, top_k=1 if sampling.greedy else sampling.top_k, top_p=sampling.top_p, min_p=0.0,
-                            typical_p=1.0, repeat_penalty=1.0, temp=sampling.temperature, reset=True):
-        stamps.append(time.perf_counter())  # token 1 comes after the prefill: time tokens 2..N from it
-        out.append(int(tok))
-        if len(out) >= max_new_tokens or tok in eos:
-            break
-    decode_ms = 1000 * (stamps[-1] - stamps[0]) if len(stamps) > 1 else 0.0
-    return {"tokens": out, "decode_ms": decode_ms, "timed_tokens": max(len(out) - 1, 1),
-            "prefill_ms": 1000 * (stamps[0] - t0), "timing": "streamed: time from token 1 to token N, per N-1 tokens"}
+    key = (str(path), target.max_context, seed, torch.get_num_threads())
+    if key not in _LLAMA:
+        _LLAMA[key] = PeerProcess(LlamaCppPeer, *key, name="llama.cpp") if isolate else LlamaCppPeer(*key)
+    law = (0.0 if sampling.greedy else sampling.temperature, sampling.top_k, sampling.top_p)
+    request = (ids.tolist(), max_new_tokens, law, set(target.eos_ids))
+    try:
+        return _LLAMA[key](request)
+    except PeerCrashed as e:
+        raise PeerCrashed(f"{e}; a llama-cpp-python built for this CPU (-march=native) can crash like this: "
+                          f"rebuild it with CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install --no-cache-dir "
+                          f"--force-reinstall --no-deps llama-cpp-python") from None
 
 
 # -------------------------------------------------------------------------------------------------------- the runs
@@ -289,8 +367,8 @@ def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[
                 else:
                     try:
                         rec.update(_run_one(m, target, ids, max_new_tokens, sampling, seed, decoders.get(m)))
-                    except ImportError as e:  # optional peer not installed
-                        skipped[m] = f"not installed ({e})"
+                    except (ImportError, PeerCrashed) as e:  # optional peer not installed, or its process died
+                        skipped[m] = f"not installed ({e})" if isinstance(e, ImportError) else str(e)
                         print(f"bench: skipping {m}: {skipped[m]}", file=sys.stderr)
                         rec["skipped"] = skipped[m]
                     except CaddtreeError as e:  # e.g. prompt + max_new_tokens past the context window
@@ -332,6 +410,7 @@ def _run_one(m, target, ids, max_new_tokens, sampling, seed, decoder) -> dict:
                              "tree_size_mean", "tree_size_std", "stop_reason")}
     rec.update(tokens=res.tokens, drafter=drafter, budget=dec.budget if m != "ar" else 0,
                tree_sizes=[r.tree_size for r in res.rounds], accepted=[r.accepted for r in res.rounds],
+               predicted_phi=[None if r.predicted_phi is None else round(r.predicted_phi, 3) for r in res.rounds],
                decode_ms=res.decode_ms, draft_ms=sum(r.draft_ms for r in res.rounds),
                verify_ms=sum(r.verify_ms for r in res.rounds),
                overhead_ms=sum(r.build_ms + r.compact_ms for r in res.rounds),
@@ -368,6 +447,8 @@ def summarize(records: list[dict]) -> dict:
             sizes = [s for r in rs for s in r.get("tree_sizes", [])]
             rounds = sum(r.get("rounds", 0) for r in rs)
             matched = [r["match_ar"] for r in rs if r.get("match_ar") is not None]
+            priced = [(f, a) for r in rs for f, a in zip(r.get("predicted_phi") or [], r.get("accepted", []))
+                      if f is not None]
             rows.append({
                 "dataset": ds, "method": m, "n": len(rs), "ms_per_token": med[m],
                 "speedup": med["ar"] / med[m] if "ar" in med else None,
@@ -378,6 +459,9 @@ def summarize(records: list[dict]) -> dict:
                 "second_stage_share": (sum(r["second_stage_rounds"] for r in rs) / rounds
                                        if rounds and all(r.get("second_stage_rounds") is not None for r in rs)
                                        else None),
+                # CaDDTree: Φ it expected per round against the draft tokens accepted (is the drafter calibrated?)
+                "phi_predicted": float(np.mean([f for f, _ in priced])) if priced else None,
+                "phi_accepted": float(np.mean([a for _, a in priced])) if priced else None,
                 "drafter": next((r.get("drafter") for r in rs if r.get("drafter")), None), "note": ""})
     oracle = []
     by = {(r["dataset"], r["method"]): r for r in rows if r["n"]}
@@ -436,6 +520,8 @@ def write_summary(summary: dict, out_dir, header: str = "") -> str:
         ts = "–" if r["tree_size_mean"] is None else f"{r['tree_size_mean']:.1f} ± {r['tree_size_std']:.1f}"
         if r.get("second_stage_share") is not None:  # two-stage drafter under the draft gate
             ts += f" (stage 2 in {100 * r['second_stage_share']:.0f}% of rounds)"
+        if r.get("phi_predicted") is not None:
+            ts += f"; Φ {r['phi_predicted']:.2f} expected, {r['phi_accepted']:.2f} accepted"
         match = f"{r['match']}/{r['compared']}" if r["compared"] else "–"
         md.append(f"| {r['dataset']} | {r['method']} | {r['n']} | {r['ms_per_token']:.2f} | "
                   f"{_f(r['speedup'], '{:.2f}x')} | {_f(r['tau'])} | {ts} | {match} |")
@@ -461,7 +547,7 @@ def write_summary(summary: dict, out_dir, header: str = "") -> str:
     text = "\n".join(md) + "\n"
     (out_dir / "summary.md").write_text(text)
     keys = ["dataset", "method", "n", "ms_per_token", "speedup", "tau", "tree_size_mean", "tree_size_std", "match",
-            "compared", "drafter", "second_stage_share", "note"]
+            "compared", "drafter", "second_stage_share", "phi_predicted", "phi_accepted", "note"]
     with open(out_dir / "summary.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys + ["oracle_budget", "oracle_ms_per_token", "ratio_to_oracle",
                                                  "paired_ratio_to_oracle", "paired_ci_low", "paired_ci_high"],

@@ -57,6 +57,47 @@ def choose_tree_size(log_weights, cost: CostModel, ctx: int, n_min: int = 0, n_m
     return BudgetChoice(n, float(phi[n]), float(base + cv[n]), float(base + cv[0]))
 
 
+class PhiCalibration:
+    """The rate at which tree nodes were accepted, as a function of their predicted probability δ, learned while
+    decoding; `apply` maps δ to that rate, so Φ = Σ δ counts the tokens the target really accepts.
+
+    The drafters calibrate their marginals position by position, on the top token of a chain. Φ also sums sibling
+    branches and products of the marginals, and those stay off: with the mix drafter, nodes predicted at δ ≈ 0.3 on
+    code were accepted less often than that, while long confident chains were accepted more often. δ is binned
+    (`EDGES`); per bin, ratio = (accepted + a) / (Σ δ + a), with `prior_strength` a units of predicted mass at
+    ratio 1, fading by `memory` per node seen in the bin. The map δ -> min(1, ratio · δ) is made non-increasing
+    along the best-first order (running minimum), so the calibrated weights keep every property the stopping rule
+    needs: a prefix is still a tree, and the first failure is still the optimum. Only the tree's size depends on it.
+    """
+
+    EDGES = np.array([0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])
+
+    def __init__(self, prior_strength: float = 4.0, memory: float = 0.995):
+        self.prior_strength, self.memory = prior_strength, memory
+        self.hits = np.zeros(len(self.EDGES) + 1)
+        self.predicted = np.zeros(len(self.EDGES) + 1)
+
+    def ratio(self) -> np.ndarray:
+        a = self.prior_strength
+        return (self.hits + a) / (self.predicted + a)
+
+    def apply(self, log_weights) -> np.ndarray:
+        """[N] best-first log δ -> [N] calibrated log δ, non-increasing."""
+        lw = log_weights.detach().cpu().numpy() if hasattr(log_weights, "detach") else np.asarray(log_weights)
+        delta = np.exp(lw.astype(np.float64))
+        out = np.minimum(1.0, delta * self.ratio()[np.searchsorted(self.EDGES, delta)])
+        return np.log(np.minimum.accumulate(out))
+
+    def observe(self, log_weights, accepted) -> None:
+        """A verified tree's [n] log δ (uncalibrated) and the node indices of its accepted path."""
+        lw = log_weights.detach().cpu().numpy() if hasattr(log_weights, "detach") else np.asarray(log_weights)
+        hit = np.zeros(len(lw))
+        hit[list(accepted)] = 1.0
+        for b, d, h in zip(np.searchsorted(self.EDGES, np.exp(lw)), np.exp(lw), hit):
+            self.hits[b] = self.memory * self.hits[b] + h
+            self.predicted[b] = self.memory * self.predicted[b] + d
+
+
 class DraftGate:
     """Draft-or-skip for a two-stage drafter: a cheap first proposal q1 (prompt lookup, ~0.4 ms) and a costly one q2
     on top (the trained drafter + lookup, ~15 ms on this project's CPU, paid before any tree is chosen).

@@ -351,6 +351,12 @@ def check_target(c: DFlashConfig, target, where: str = "drafter") -> None:
 
 
 def load_drafter(path, target, device=None) -> DFlashDrafter:
+    model = load_model(path, target, device)
+    return DFlashDrafter(model, pack=target.packed)  # pack_linears leaves non-CPU weights alone
+
+
+def load_model(path, target, device=None) -> DFlashModel:
+    """The trainable DFlashModel of an exported drafter directory, checked against and bound to `target`."""
     from safetensors.torch import load_file
     path = Path(path)
     if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
@@ -362,5 +368,4 @@ def load_drafter(path, target, device=None) -> DFlashDrafter:
     check_target(c, target, where=f"drafter {path}")
     model = DFlashModel(c)
     model.load_state_dict(load_file(str(path / "model.safetensors")))
-    model.to(device or target.device).bind(target)  # bind after loading: the head follows the saved vocab_map
-    return DFlashDrafter(model, pack=target.packed)  # pack_linears leaves non-CPU weights alone
+    return model.to(device or target.device).bind(target)  # bind after loading: the head follows the saved vocab_map

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from caddtree.accept import SamplingParams, accept_walk, accepted_along, target_choices
-from caddtree.budget import DraftGate, choose_tree_size
+from caddtree.budget import DraftGate, PhiCalibration, choose_tree_size
 from caddtree.drafter import Drafter
 from caddtree.errors import CaddtreeError
 from caddtree.target import Target, compact_cache
@@ -130,7 +130,7 @@ class Decoder:
     """
 
     def __init__(self, target: Target, drafter: Drafter | None = None, method: str = "ar", budget: int = 32,
-                 cost_model=None, gate: bool | str = True):
+                 cost_model=None, gate: bool | str = True, calibrate_phi: bool = True):
         if method not in METHODS:
             raise CaddtreeError(f"unknown method '{method}': choose one of {', '.join(METHODS)}")
         if method != "ar" and drafter is None:
@@ -152,6 +152,9 @@ class Decoder:
         # output has passed the round); "predicted": from the policy's own expectation Φ of both drafts
         self.gate_mode = gate or None
         self.gate = DraftGate() if gate and method == "caddtree" and two_stage else None
+        # CaDDTree prices nodes by the acceptance rate observed for their predicted δ, one map per draft stage
+        self.phi_cal = ({"cheap": PhiCalibration(), "full": PhiCalibration()}
+                        if method == "caddtree" and calibrate_phi else None)
 
     def _check(self, prompt_len: int, max_new_tokens: int) -> None:
         if max_new_tokens <= 0:
@@ -166,12 +169,14 @@ class Decoder:
             raise CaddtreeError(f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) exceeds the context "
                                 f"window ({limit}): lower --max-new-tokens to {limit - prompt_len}")
 
-    def _choose(self, log_probs: torch.Tensor, ctx: int, room: int, draft_ms: float | None = None):
+    def _choose(self, log_probs: torch.Tensor, ctx: int, room: int, draft_ms: float | None = None,
+                stage: str = "full"):
         """Marginals [L, V] -> (tree, BudgetChoice or None): the best-first tree, cut by CaDDTree's rule."""
         tree = build_tree(log_probs[:room], self.budget)  # depth capped so no token lands past the budget
         if self.method != "caddtree":
             return tree, None
-        choice = choose_tree_size(tree.log_weights, self.cost_model, ctx, draft_ms=draft_ms)
+        lw = tree.log_weights if self.phi_cal is None else self.phi_cal[stage].apply(tree.log_weights)
+        choice = choose_tree_size(lw, self.cost_model, ctx, draft_ms=draft_ms)
         return tree.prefix(choice.n), choice
 
     def _draft_tree(self, tokens: torch.Tensor, feats, ctx: int, room: int, stats: RoundStats):
@@ -193,7 +198,8 @@ class Decoder:
         else:  # two-stage drafter: the first stage's tree, and the second stage only where the gate expects a gain
             log_probs = self.drafter.propose_cheap(tokens)
             stats.draft_ms = lap()
-            tree, choice = self._choose(log_probs, ctx, room, draft_ms=self.cost_model.cheap_draft_ms(ctx))
+            tree, choice = self._choose(log_probs, ctx, room, draft_ms=self.cost_model.cheap_draft_ms(ctx),
+                                        stage="cheap")
             theta1 = choice.tokens_per_s
             band = self.gate.band(theta1, 1000.0 / choice.plain_ms)
             stats.build_ms = lap()
@@ -266,6 +272,8 @@ class Decoder:
             t2 = _now(device)
             choices = target_choices(logits, sampling, gen)
             path, bonus = accept_walk(tree.tokens, tree.parents, choices)
+            if self.phi_cal is not None and len(tree):
+                self.phi_cal["cheap" if stats.second_stage is False else "full"].observe(tree.log_weights, path)
             if len(tree):
                 rows = commit_path(cache, ctx, path, device)
                 feats = vfeats.index_select(0, rows) if vfeats is not None else None

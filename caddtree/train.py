@@ -19,6 +19,7 @@ import random
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from caddtree.datasets import load_prompts
@@ -80,7 +81,7 @@ def _shards(out: Path) -> list[Path]:
 
 def generate_data(target, out: Path, ddir: Path, max_prompts: int = 100000, batch_size: int = 32,
                   max_prompt_tokens: int = 256, max_new_tokens: int = 256, max_minutes: float = 1e9, group: int = 4,
-                  target_layers: list[int] | None = None, log=print) -> None:
+                  target_layers: list[int] | None = None, first_prompt: int = 0, log=print) -> None:
     """Greedy target responses + their target features, appended as shards `data/shard_XXXXX.pt`; resumes.
 
     Each shard: tokens (list of int32 [T]), prompt_len (list of int), feats (list of bf16 [T, m*H]; row t = target
@@ -98,7 +99,7 @@ def generate_data(target, out: Path, ddir: Path, max_prompts: int = 100000, batc
             raise CaddtreeError(f"{out}/data was generated for another target/layers; use a fresh --out")
     meta_path.write_text(json.dumps(meta, indent=1))
     prompts = train_prompts(ddir)[:max_prompts]
-    done = 0
+    done = first_prompt  # > 0: an earlier run (whose shards are elsewhere) already covered the prompts before it
     for s in _shards(out):
         m = torch.load(s, weights_only=False)
         done = max(done, m["start"] + m["count"])
@@ -129,6 +130,59 @@ def generate_data(target, out: Path, ddir: Path, max_prompts: int = 100000, batc
                         "time": time.strftime("%H:%M:%S")}))
 
 
+def save_tokens(out: Path, path: Path) -> int:
+    """The token ids of every shard in out/data, without their features, into one compressed file (~2 bytes per
+    token): what a later session needs to rebuild the shards (`load_tokens`) instead of regenerating the responses.
+    Returns the number of sequences."""
+    meta = json.loads((out / "data" / "meta.json").read_text())
+    toks, lens, plens, shard, sources, starts, counts = [], [], [], [], [], [], []
+    for k, sp in enumerate(_shards(out)):
+        m = torch.load(sp, weights_only=False)
+        starts.append(m["start"]), counts.append(m["count"])
+        for t, pl, src in zip(m["tokens"], m["prompt_len"], m["source"]):
+            toks.append(t.numpy()), lens.append(len(t)), plens.append(pl), shard.append(k), sources.append(src)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:  # a file object: np.savez would otherwise append .npz to the name
+        np.savez_compressed(f, tokens=np.concatenate(toks).astype(np.int32), lengths=np.array(lens),
+                            prompt_len=np.array(plens), shard=np.array(shard), source=np.array(sources),
+                            shard_start=np.array(starts), shard_count=np.array(counts), meta=json.dumps(meta))
+    return len(lens)
+
+
+def load_tokens(target, path: Path, out: Path, log=print) -> None:
+    """Rebuild the shards of a `save_tokens` file in out/data, the target features recomputed by one forward per
+    sequence (a few times faster than generating the responses again); shards already there are kept (resumes)."""
+    z = np.load(path)
+    meta = json.loads(str(z["meta"]))
+    if meta["fingerprint"] != target.fingerprint:
+        raise CaddtreeError(f"{path} holds responses of target {meta['target']} ({meta['fingerprint']}), not of "
+                            f"{target.name} ({target.fingerprint}): load it with that target")
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    mp = out / "data" / "meta.json"
+    if mp.is_file() and json.loads(mp.read_text())["fingerprint"] != meta["fingerprint"]:
+        raise CaddtreeError(f"{out}/data was generated for another target; use a fresh --out")
+    mp.write_text(json.dumps(meta, indent=1))
+    target.hidden_layers = list(meta["target_layers"])
+    ends = np.cumsum(z["lengths"])
+    seqs = [torch.from_numpy(z["tokens"][e - n:e].copy()) for e, n in zip(ends, z["lengths"])]
+    for k in range(len(z["shard_start"])):
+        sp = out / "data" / f"shard_{k:05d}.pt"
+        if sp.is_file():
+            continue
+        t0 = time.time()
+        rec = {"tokens": [], "prompt_len": [], "feats": [], "source": [], "start": int(z["shard_start"][k]),
+               "count": int(z["shard_count"][k])}
+        for i in np.flatnonzero(z["shard"] == k):
+            with torch.inference_mode():
+                _, f = target.forward(seqs[i].long().to(target.device), target.new_cache())
+                f[-1] = 0  # as generated: the last token's features are never context
+            rec["tokens"].append(seqs[i]), rec["prompt_len"].append(int(z["prompt_len"][i]))
+            rec["feats"].append(f.to(torch.bfloat16).cpu()), rec["source"].append(str(z["source"][i]))
+        _atomic_save(rec, sp)
+        log(json.dumps({"event": "load_tokens", "shard": k, "seqs": len(rec["tokens"]),
+                        "sec": round(time.time() - t0, 1), "time": time.strftime("%H:%M:%S")}))
+
+
 def load_data(out: Path) -> list[tuple[torch.Tensor, int, torch.Tensor]]:
     """All shards -> list of (tokens int64 [T], prompt_len, feats bf16 [T, F])."""
     seqs = []
@@ -152,13 +206,17 @@ def _log_to(path: Path):
 def add_train_parser(subparsers) -> None:
     p = subparsers.add_parser("train-drafter", help="generate training data and/or train a DFlash drafter")
     p.add_argument("--target", default=None, help="target model (default: the built-in SmolLM2-135M-Instruct)")
-    p.add_argument("--stage", choices=["data", "train", "all"], default="all")
+    p.add_argument("--stage", choices=["data", "train", "all", "save-tokens", "load-tokens"], default="all",
+                   help="save-tokens / load-tokens: write the data's token ids to --tokens / rebuild the data from it")
+    p.add_argument("--tokens", default=None, metavar="FILE", help="token archive of save-tokens / load-tokens")
     p.add_argument("--out", default="runs/dflash", help="work dir: data shards, checkpoints, logs")
     p.add_argument("--data-dir", default=None, help="prompt data (default: $CADDTREE_DATA or ../shared/data)")
     p.add_argument("--max-minutes", type=float, default=60.0, help="wall-clock budget of each stage")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (1 when the cores are shared)")
     # data
     p.add_argument("--max-prompts", type=int, default=100000)
+    p.add_argument("--first-prompt", type=int, default=0,
+                   help="data: start at this index of the shuffled training prompts (skip what an earlier run used)")
     p.add_argument("--gen-batch", type=int, default=32)
     p.add_argument("--max-prompt-tokens", type=int, default=256)
     p.add_argument("--max-new-tokens", type=int, default=256)
@@ -166,6 +224,8 @@ def add_train_parser(subparsers) -> None:
     p.add_argument("--block-size", type=int, default=8)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--num-target-layers", type=int, default=3, help="m: target layers read as context")
+    p.add_argument("--init-from", default=None, metavar="DIR",
+                   help="train: start from this exported drafter (its config and weights) instead of a new one")
     p.add_argument("--init", choices=["random", "target"], default="random",
                    help="draft layers from scratch (DFlash) or copied from the target's last layers")
     p.add_argument("--draft-vocab", type=int, default=8192,
@@ -262,7 +322,12 @@ def train_drafter(target, out, args, log=print):
     seqs, val = _training_seqs(out, args.max_seq, st["val_from"])
     if not seqs:
         raise CaddtreeError(f"no training data in {out}/data: run `caddtree train-drafter --stage data --out {out}`")
-    if not ck:
+    if not ck and getattr(args, "init_from", None):  # continue an exported drafter on new data
+        from caddtree.dflash import load_model
+        model = load_model(args.init_from, target)
+        c = model.c
+        log(json.dumps({"event": "init_from", "path": str(args.init_from)}))
+    elif not ck:
         K = getattr(args, "draft_vocab", 0)
         c = DFlashConfig.for_target(target, num_layers=args.layers, block_size=args.block_size,
                                     m=args.num_target_layers, draft_vocab_size=K)
@@ -296,6 +361,10 @@ def train_drafter(target, out, args, log=print):
     phase = getattr(args, "restart_schedule", 0) or 0
     if ck and phase > st.get("phase", 0):  # warm restart: a new warm-up + cosine from here (once per phase number)
         st.update(phase=phase, phase_step=st["step"], phase_sec=st["train_sec"], horizon_sec=args.max_minutes * 60)
+    if not ck and getattr(args, "init_from", None) and val:  # the continued drafter's start on this held-out set
+        model.eval()
+        log(json.dumps({"event": "init_val", **_validate(model, val[:40], args.anchors, gamma)}))
+        model.train()
     n_resp = sum(t.shape[0] - p for t, p, _ in seqs)
     log(json.dumps({"event": "start", "resume_step": st["step"], "seqs": len(seqs), "held_out": len(val),
                     "response_tokens": n_resp,
@@ -545,13 +614,20 @@ def cmd_train(args) -> None:
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     log = _log_to(out / "log.jsonl")
+    if args.stage in ("save-tokens", "load-tokens") and not args.tokens:
+        raise CaddtreeError(f"--stage {args.stage} needs --tokens FILE")
+    if args.stage == "save-tokens":  # no target needed
+        log(json.dumps({"event": "save_tokens", "path": args.tokens, "seqs": save_tokens(out, Path(args.tokens))}))
+        return
     target = _load_target(args.target)
     from caddtree.dflash import default_target_layers
     layers = default_target_layers(target.config.num_hidden_layers, args.num_target_layers)
+    if args.stage == "load-tokens":
+        load_tokens(target, Path(args.tokens), out, log=log)
     if args.stage in ("data", "all"):
         generate_data(target, out, data_dir(args.data_dir), max_prompts=args.max_prompts, batch_size=args.gen_batch,
                       max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens,
-                      max_minutes=args.max_minutes, target_layers=layers, log=log)
+                      max_minutes=args.max_minutes, target_layers=layers, first_prompt=args.first_prompt, log=log)
     if args.stage in ("train", "all"):
         train_drafter(target, out, args, log=log)
 

@@ -152,7 +152,8 @@ def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, monkeypatch)
     assert all(r["match_ar"] is True for r in ours), [(r["method"], r.get("first_mismatch")) for r in ours]
     assert all(r["new_tokens"] >= 1 and r["ms_per_token"] > 0 for r in ours)
     spec = [r for r in ours if r["method"] != "ar"]
-    assert all(len(r["tree_sizes"]) == r["rounds"] for r in spec)
+    assert all(len(r["tree_sizes"]) == r["rounds"] == len(r["predicted_phi"]) for r in spec)
+    assert all(any(f is not None for f in r["predicted_phi"]) == ("caddtree" in r["method"]) for r in spec)
     assert {r["drafter"] for r in spec} == {"OracleDrafter", "PromptLookupDrafter", "LookupMixtureDrafter"}
     hf = [r for r in recs if r["method"] == "hf"]
     assert len(hf) == 2 and all(r["match_ar"] is not None for r in hf)
@@ -171,7 +172,8 @@ def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, monkeypatch)
     assert all(r["match_ar"] for r in recs2 if r["method"] not in bench.PEERS)
     s = bench.summarize(recs2)
     assert all(r["compared"] == r["match"] for r in s["rows"] if r["n"] and r["method"] not in bench.PEERS)
-    bench.write_summary(s, tmp_path / "out")
+    assert all((r.get("phi_predicted") is not None) == ("caddtree" in r["method"]) for r in s["rows"] if r["n"])
+    assert "expected," in bench.write_summary(s, tmp_path / "out")
     bench.write_plots(recs2, s, tmp_path / "out")
     assert (tmp_path / "out/summary.md").is_file() and (tmp_path / "out/speedup.png").is_file()
 
@@ -241,11 +243,26 @@ def test_llamacpp_peer_streams_until_eos_with_plain_sampling_settings(monkeypatc
     monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(Llama=FakeLlama))
     monkeypatch.setattr(bench, "_LLAMA", {})
     target = types.SimpleNamespace(name="/models/x.gguf", max_context=64, eos_ids={99})
-    r = bench.run_llamacpp(target, torch.tensor([1, 2, 3]), 10, SamplingParams(), seed=0)
+    r = bench.run_llamacpp(target, torch.tensor([1, 2, 3]), 10, SamplingParams(), seed=0, isolate=False)
     assert r["tokens"] == [11, 12, 13, 99] and r["timed_tokens"] == 3 and r["decode_ms"] >= 0
     assert calls[-1]["top_k"] == 1 and calls[-1]["min_p"] == 0.0
-    r = bench.run_llamacpp(target, torch.tensor([1, 2, 3]), 2, SamplingParams(temperature=1.0), seed=0)
+    r = bench.run_llamacpp(target, torch.tensor([1, 2, 3]), 2, SamplingParams(temperature=1.0), seed=0,
+                           isolate=False)
     assert r["tokens"] == [11, 12] and calls[-1]["top_k"] == 0 and calls[-1]["temp"] == 1.0
     with pytest.raises(CaddtreeError, match="GGUF"):
         bench.run_llamacpp(types.SimpleNamespace(name="some/hub-id", max_context=64, eos_ids=set()),
                            torch.tensor([1]), 2, SamplingParams(), seed=0)
+
+
+def test_peer_process_answers_and_reports_a_crash_in_one_line():
+    """A peer in its own process: requests are answered, a Python error comes back as one line, and a segfault in
+    the child (faulthandler._sigsegv, as llama.cpp's native crash) raises PeerCrashed instead of ending the bench."""
+    import faulthandler
+    import operator
+    peer = bench.PeerProcess(operator.itemgetter, 1, name="toy")
+    assert peer([5, 6]) == 6
+    with pytest.raises(RuntimeError, match="IndexError"):
+        peer([5])
+    assert peer([7, 8]) == 8  # still serving after an error
+    with pytest.raises(bench.PeerCrashed, match=r"toy crashed \(signal SIGSEGV\)"):
+        bench.PeerProcess(faulthandler._sigsegv, name="toy")

@@ -158,3 +158,21 @@ def test_draft_gate_warms_up_skips_losing_bands_and_rechecks_them():
         if gate.run_rest(0):
             gate.observe(0, 1.0, 1.5)
     assert gate.gain[0] > 0 and gate.run_rest(0)
+
+
+def test_phi_calibration_learns_acceptance_rates_and_keeps_the_order():
+    import numpy as np
+
+    from caddtree.budget import PhiCalibration
+    cal = PhiCalibration(prior_strength=4.0, memory=1.0)
+    lw = np.log([0.95, 0.9, 0.5, 0.3, 0.3, 0.1, 0.01])
+    assert np.allclose(cal.apply(lw), lw)  # nothing seen yet: the prior is ratio 1
+    for _ in range(200):  # nodes near 0.9 never accepted, nodes near 0.3 always: over- and underconfidence
+        cal.observe(np.log([0.92, 0.3]), accepted=[1])
+    out = np.exp(cal.apply(lw))
+    assert out[0] < 0.05 and out[1] < 0.05  # the 0.9 bin's rate ~ 4 / (4 + 184)
+    assert np.all(np.diff(out) <= 0)  # non-increasing along the best-first order: prefixes stay trees
+    assert out[2] == out[1]  # the 0.3 bin maps above 1 -> capped, then by the running minimum
+    assert np.isclose(out[6], 0.01)  # a bin never seen keeps its prior
+    cost = CostModel([128], [[30.0] + [30.0 + 2.0 * n for n in range(1, 9)]], [0.0] * 9, [5.0], [0.0])
+    assert choose_tree_size(cal.apply(lw), cost, 128).n < choose_tree_size(lw, cost, 128).n

@@ -160,8 +160,20 @@ def test_training_lowers_loss(tmp_path):
     assert lrs[:2] == pytest.approx([args.lr / args.warmup, 2 * args.lr / args.warmup], rel=1e-4)
     args.steps = 35
     last_run = []
-    train_drafter(tg, tmp_path, args, log=lambda line: last_run.append(line))
+    model = train_drafter(tg, tmp_path, args, log=lambda line: last_run.append(line))
     assert [json.loads(x)["lr"] for x in last_run if '"train"' in x][0] > 0.8 * args.lr  # past warm-up: no restart
+    # a later phase on new data in another work dir: --init-from continues the exported drafter (not a new one)
+    from caddtree.dflash import save_drafter
+    save_drafter(model, tmp_path / "export")
+    fresh = tmp_path / "phase2"
+    (fresh / "data").mkdir(parents=True)
+    torch.save(recs, fresh / "data" / "shard_00000.pt")
+    cont = types.SimpleNamespace(**{**vars(args), "steps": 2, "restart_schedule": 0,
+                                    "init_from": tmp_path / "export"})
+    logged = []
+    train_drafter(tg, fresh, cont, log=lambda line: logged.append(json.loads(line)))
+    assert logged[0]["event"] == "init_from"
+    assert [r for r in logged if r["event"] == "train"][0]["loss"] < 0.85 * first
     # held-out split: only sequences from val_from on, every val_every-th
     from caddtree.train import _training_seqs
     train, val = _training_seqs(tmp_path, 64, val_from=4, val_every=4)

@@ -267,7 +267,8 @@ def test_gated_two_stage_caddtree_is_exact_and_skips_where_stage_two_does_not_pa
 @pytest.mark.parametrize("seed", range(2))
 def test_realised_gate_skips_an_overconfident_stage_two_that_the_predicted_gate_keeps(seed):
     """Stage 2 = random marginals with top probabilities near 1: its predicted gain is large, its trees are almost
-    never accepted. The gate learning from realised acceptance stops paying for it; learning from predictions not."""
+    never accepted. The gate learning from realised acceptance stops paying for it; learning from the raw predictions
+    (no Φ calibration) not."""
     import numpy as np
 
     from caddtree.costmodel import CostModel
@@ -280,7 +281,7 @@ def test_realised_gate_skips_an_overconfident_stage_two_that_the_predicted_gate_
     for mode in ("realised", "predicted"):
         mix = LookupMixtureDrafter(RandomDrafter(target.vocab_size, num_positions=4, seed=seed, sharpness=30.0),
                                    PromptLookupDrafter(target.vocab_size, num_positions=4))
-        dec = Decoder(target, mix, method="caddtree", cost_model=cost, gate=mode)
+        dec = Decoder(target, mix, method="caddtree", cost_model=cost, gate=mode, calibrate_phi=False)
         ran = []
         for _ in range(2):
             out = dec.generate(p, 60)
@@ -347,3 +348,32 @@ def test_calibration_follows_a_change_of_text():
         never.expect(k, [1], [0.5])
         never.observe([0] * k + [1 if k < 5 else 0])
     assert (never.trials, never.hits) == ([10], [5])
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_phi_calibration_brings_predicted_phi_to_the_realised_acceptance(seed):
+    """An overconfident drafter (random marginals, top probability near 1): the raw Φ of CaDDTree's trees is far
+    above what the target accepts; with the online calibration the predicted Φ of later rounds is close to it, the
+    trees are smaller, and the output is unchanged."""
+    import numpy as np
+
+    from caddtree.costmodel import CostModel
+    target = make_tiny_target(seed)
+    p = prompt(seed, 16)
+    expect = reference_greedy(target, p, 60)
+    cv = np.r_[10.0, 10.0 + 0.5 * np.arange(1, 17)]
+    cost = CostModel([1], cv[None], np.zeros(17), [2.0], [0.0])
+    gap, size = {}, {}
+    for cal in (False, True):
+        dec = Decoder(target, RandomDrafter(target.vocab_size, num_positions=4, seed=seed, sharpness=30.0),
+                      method="caddtree", cost_model=cost, calibrate_phi=cal)
+        rounds = []
+        for _ in range(3):
+            out = dec.generate(p, 60)
+            assert out.tokens == expect
+            rounds += [r for r in out.rounds if r.predicted_phi is not None]  # the last round may have no room
+        late = rounds[len(rounds) // 2:]
+        gap[cal] = np.mean([r.predicted_phi for r in late]) - np.mean([r.accepted for r in late])
+        size[cal] = np.mean([r.tree_size for r in late])
+    assert gap[False] > 1.0 and abs(gap[True]) < 0.5 * gap[False], gap
+    assert size[True] < size[False], size

@@ -1,4 +1,5 @@
 """Drafter training data: batched greedy generation must reproduce each prompt's own greedy decoding."""
+import pytest
 import torch
 
 from caddtree.train import greedy_batch
@@ -28,3 +29,48 @@ def test_greedy_batch_stops_each_row_at_its_eos():
     results, _ = greedy_batch(target, prompts, [0], max_new_tokens=40)
     for x, (resp, _) in zip(prompts, results):
         assert resp == reference_greedy(target, torch.tensor(x), 40)
+
+
+def test_token_archive_rebuilds_the_shards_with_their_features(tmp_path):
+    """save_tokens keeps only token ids; load_tokens recomputes the features, which match the generated ones (bf16),
+    resumes shard by shard, and refuses another target's archive."""
+    import json
+
+    from caddtree.dflash import default_target_layers
+    from caddtree.errors import CaddtreeError
+    from caddtree.train import load_data, load_tokens, save_tokens
+    tg = make_tiny_target(0)
+    layers = default_target_layers(tg.config.num_hidden_layers)
+    tg.hidden_layers = layers
+    src = tmp_path / "src"
+    (src / "data").mkdir(parents=True)
+    (src / "data" / "meta.json").write_text(json.dumps({"target": tg.name, "fingerprint": tg.fingerprint,
+                                                        "target_layers": layers}))
+    g = torch.Generator().manual_seed(0)
+    for k in range(2):
+        rec = {"tokens": [], "prompt_len": [], "feats": [], "source": [], "start": 4 * k, "count": 4}
+        for i in range(3):
+            toks = torch.randint(0, tg.vocab_size, (10 + 5 * i,), generator=g, dtype=torch.int32)
+            _, f = tg.forward(toks.long(), tg.new_cache())
+            f = f.clone()
+            f[-1] = 0
+            rec["tokens"].append(toks), rec["prompt_len"].append(4), rec["feats"].append(f.to(torch.bfloat16))
+            rec["source"].append(f"set{i}")
+        torch.save(rec, src / "data" / f"shard_{k:05d}.pt")
+    arch = tmp_path / "tokens.npz"
+    assert save_tokens(src, arch) == 6
+    dst = tmp_path / "dst"
+    load_tokens(tg, arch, dst, log=lambda line: None)
+    a, b = load_data(src), load_data(dst)
+    assert len(a) == len(b) == 6
+    for (ta, pa, fa), (tb, pb, fb) in zip(a, b):
+        assert torch.equal(ta, tb) and pa == pb and torch.allclose(fa.float(), fb.float(), atol=1e-2, rtol=1e-2)
+    assert torch.load(dst / "data" / "shard_00001.pt", weights_only=False)["start"] == 4
+    (dst / "data" / "shard_00001.pt").unlink()  # resume: only the missing shard is rebuilt
+    done = []
+    load_tokens(tg, arch, dst, log=lambda line: done.append(json.loads(line)["shard"]))
+    assert done == [1]
+    other = make_tiny_target(1)
+    other.fingerprint = "other-model"
+    with pytest.raises(CaddtreeError, match="load it with that target"):
+        load_tokens(other, arch, tmp_path / "x", log=print)
