@@ -12,7 +12,7 @@ shipped DFlash drafter), `mix-` (DFlash + prompt lookup, `--drafter dflash+looku
 `caddtree@cd0.5` / `@cd2` / `@cv0.5` / `@cv2` (cost model perturbed: C_d, or the C_v slope in n, scaled; --perturb),
 `caddtree@nogate` (a two-stage drafter such as `mix` runs both stages every round: no `budget.DraftGate`),
 `caddtree@predgate` (the gate learns from the policy's predicted gains instead of the realised ones),
-`caddtree@nocal` (Φ from the drafter's marginals as they are: no `budget.PhiCalibration`),
+`caddtree@cal` (Φ priced by the acceptance rates observed per predicted δ: `budget.PhiCalibration`),
 peers `hf` / `hf-lookup` (Hugging Face `generate`, plain / prompt_lookup_num_tokens=10) and `llamacpp`
 (llama-cpp-python on the same GGUF, if importable).
 
@@ -44,7 +44,7 @@ DEFAULT_METHODS = "ar,ddtree:8,16,32,64,caddtree"
 QUICK = dict(num_prompts=1, max_new_tokens=16, methods="ar,ddtree:4,caddtree")
 PERTURB = {"cd0.5": (0.5, 1.0), "cd2": (2.0, 1.0), "cv0.5": (1.0, 0.5), "cv2": (1.0, 2.0)}  # (C_d, C_v slope) scale
 VARIANTS = {"nogate": {"gate": False}, "predgate": {"gate": "predicted"},  # method suffix -> Decoder(**kw)
-            "nocal": {"calibrate_phi": False}}
+            "cal": {"calibrate_phi": True}}
 PEERS = ("hf", "hf-lookup", "llamacpp")
 DRAFTER_PREFIX = {"lookup": "lookup", "dflash": "dflash", "mix": "dflash+lookup"}  # method prefix -> --drafter spec
 TREE_METHODS = ("ddtree",) + tuple(f"{p}-ddtree" for p in DRAFTER_PREFIX)

@@ -130,7 +130,7 @@ class Decoder:
     """
 
     def __init__(self, target: Target, drafter: Drafter | None = None, method: str = "ar", budget: int = 32,
-                 cost_model=None, gate: bool | str = True, calibrate_phi: bool = True):
+                 cost_model=None, gate: bool | str = True, calibrate_phi: bool = False):
         if method not in METHODS:
             raise CaddtreeError(f"unknown method '{method}': choose one of {', '.join(METHODS)}")
         if method != "ar" and drafter is None:
@@ -152,7 +152,8 @@ class Decoder:
         # output has passed the round); "predicted": from the policy's own expectation Φ of both drafts
         self.gate_mode = gate or None
         self.gate = DraftGate() if gate and method == "caddtree" and two_stage else None
-        # CaDDTree prices nodes by the acceptance rate observed for their predicted δ, one map per draft stage
+        # calibrate_phi: CaDDTree prices nodes by the acceptance rate observed for their predicted δ, one map per
+        # draft stage (off by default: no measured speed difference, results/phi-calibration/)
         self.phi_cal = ({"cheap": PhiCalibration(), "full": PhiCalibration()}
                         if method == "caddtree" and calibrate_phi else None)
 

@@ -140,7 +140,7 @@ def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, monkeypatch)
                 "dflash+lookup": LookupMixtureDrafter(oracle, PromptLookupDrafter(64, oracle.num_positions))}
     cost = fit_cost_model(MEAS)
     encode = lambda text: torch.tensor([2 + ord(c) % 60 for c in text[:24]])  # noqa: E731
-    methods = bench.parse_methods("caddtree,ar,ddtree:4,lookup-ddtree:4,caddtree@cv2,mix-caddtree,hf,llamacpp")
+    methods = bench.parse_methods("caddtree,ar,ddtree:4,lookup-ddtree:4,caddtree@cv2,mix-caddtree@cal,hf,llamacpp")
     run = lambda n: bench.run_bench(  # noqa: E731
         target, drafters.__getitem__, lambda d: cost, {d: load_prompts(d, n, data_dir=data_dir)
                                                          for d in ("gsm8k", "alpaca")},

@@ -281,7 +281,7 @@ def test_realised_gate_skips_an_overconfident_stage_two_that_the_predicted_gate_
     for mode in ("realised", "predicted"):
         mix = LookupMixtureDrafter(RandomDrafter(target.vocab_size, num_positions=4, seed=seed, sharpness=30.0),
                                    PromptLookupDrafter(target.vocab_size, num_positions=4))
-        dec = Decoder(target, mix, method="caddtree", cost_model=cost, gate=mode, calibrate_phi=False)
+        dec = Decoder(target, mix, method="caddtree", cost_model=cost, gate=mode)
         ran = []
         for _ in range(2):
             out = dec.generate(p, 60)
