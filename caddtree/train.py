@@ -134,6 +134,8 @@ def save_tokens(out: Path, path: Path) -> int:
     """The token ids of every shard in out/data, without their features, into one compressed file (~2 bytes per
     token): what a later session needs to rebuild the shards (`load_tokens`) instead of regenerating the responses.
     Returns the number of sequences."""
+    if not _shards(out):
+        raise CaddtreeError(f"no training data in {out}/data: nothing to save")
     meta = json.loads((out / "data" / "meta.json").read_text())
     toks, lens, plens, shard, sources, starts, counts = [], [], [], [], [], [], []
     for k, sp in enumerate(_shards(out)):
@@ -152,6 +154,8 @@ def save_tokens(out: Path, path: Path) -> int:
 def load_tokens(target, path: Path, out: Path, log=print) -> None:
     """Rebuild the shards of a `save_tokens` file in out/data, the target features recomputed by one forward per
     sequence (a few times faster than generating the responses again); shards already there are kept (resumes)."""
+    if not path.is_file():
+        raise CaddtreeError(f"token archive {path} not found (made by `caddtree train-drafter --stage save-tokens`)")
     z = np.load(path)
     meta = json.loads(str(z["meta"]))
     if meta["fingerprint"] != target.fingerprint:
@@ -225,7 +229,8 @@ def add_train_parser(subparsers) -> None:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--num-target-layers", type=int, default=3, help="m: target layers read as context")
     p.add_argument("--init-from", default=None, metavar="DIR",
-                   help="train: start from this exported drafter (its config and weights) instead of a new one")
+                   help="train: start from this exported drafter (its config and weights) instead of a new one; "
+                        "a checkpoint in --out takes precedence (resume)")
     p.add_argument("--init", choices=["random", "target"], default="random",
                    help="draft layers from scratch (DFlash) or copied from the target's last layers")
     p.add_argument("--draft-vocab", type=int, default=8192,
