@@ -34,6 +34,11 @@ class BudgetChoice:
         return 1000.0 * (1.0 + self.phi) / self.predicted_ms
 
 
+def _numpy(x) -> np.ndarray:
+    """A tensor or array-like -> numpy (the policy is numpy on a few hundred floats)."""
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+
+
 def choose_tree_size(log_weights, cost: CostModel, ctx: int, n_min: int = 0, n_max: int | None = None,
                      draft_ms: float | None = None) -> BudgetChoice:
     """log_weights [N] best-first (non-increasing) log prefix weights -> the θ-maximising tree size.
@@ -41,7 +46,7 @@ def choose_tree_size(log_weights, cost: CostModel, ctx: int, n_min: int = 0, n_m
     0 <= n_min <= n <= min(N, cost.max_nodes, n_max). `ctx` is ℓ, the KV-cache length the verify runs on.
     draft_ms: this round's C_d if not the cost model's (e.g. a two-stage drafter's first stage alone).
     """
-    lw = log_weights.detach().cpu().numpy() if hasattr(log_weights, "detach") else np.asarray(log_weights)
+    lw = _numpy(log_weights)
     cap = min(len(lw), cost.max_nodes, len(lw) if n_max is None else n_max)
     delta = np.exp(lw[:cap].astype(np.float64))
     cv = cost.verify_curve(ctx)[:cap + 1]                    # C_v(0..cap)
@@ -84,14 +89,14 @@ class PhiCalibration:
 
     def apply(self, log_weights) -> np.ndarray:
         """[N] best-first log δ -> [N] calibrated log δ, non-increasing."""
-        lw = log_weights.detach().cpu().numpy() if hasattr(log_weights, "detach") else np.asarray(log_weights)
+        lw = _numpy(log_weights)
         delta = np.exp(lw.astype(np.float64))
         out = np.minimum(1.0, delta * self.ratio()[np.searchsorted(self.EDGES, delta)])
         return np.log(np.minimum.accumulate(out))
 
     def observe(self, log_weights, accepted) -> None:
         """A verified tree's [n] log δ (uncalibrated) and the node indices of its accepted path."""
-        lw = log_weights.detach().cpu().numpy() if hasattr(log_weights, "detach") else np.asarray(log_weights)
+        lw = _numpy(log_weights)
         delta = np.exp(lw.astype(np.float64))
         hit = np.zeros(len(lw))
         hit[list(accepted)] = 1.0

@@ -79,6 +79,17 @@ def _shards(out: Path) -> list[Path]:
     return sorted(Path(p) for p in glob.glob(str(out / "data" / "shard_*.pt")))
 
 
+def _write_meta(out: Path, meta: dict) -> None:
+    """out/data/meta.json, after checking that shards already there come from the same target and layers."""
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    path = out / "data" / "meta.json"
+    if path.is_file():
+        old = json.loads(path.read_text())
+        if old["fingerprint"] != meta["fingerprint"] or old["target_layers"] != meta["target_layers"]:
+            raise CaddtreeError(f"{out}/data was generated for another target/layers; use a fresh --out")
+    path.write_text(json.dumps(meta, indent=1))
+
+
 def generate_data(target, out: Path, ddir: Path, max_prompts: int = 100000, batch_size: int = 32,
                   max_prompt_tokens: int = 256, max_new_tokens: int = 256, max_minutes: float = 1e9, group: int = 4,
                   target_layers: list[int] | None = None, first_prompt: int = 0, log=print) -> None:
@@ -89,15 +100,8 @@ def generate_data(target, out: Path, ddir: Path, max_prompts: int = 100000, batc
     """
     from caddtree.dflash import default_target_layers
     layers = target_layers or default_target_layers(target.config.num_hidden_layers)
-    (out / "data").mkdir(parents=True, exist_ok=True)
-    meta_path = out / "data" / "meta.json"
-    meta = {"target": target.name, "fingerprint": target.fingerprint, "target_layers": layers,
-            "max_prompt_tokens": max_prompt_tokens, "max_new_tokens": max_new_tokens}
-    if meta_path.is_file():
-        old = json.loads(meta_path.read_text())
-        if old["fingerprint"] != target.fingerprint or old["target_layers"] != layers:
-            raise CaddtreeError(f"{out}/data was generated for another target/layers; use a fresh --out")
-    meta_path.write_text(json.dumps(meta, indent=1))
+    _write_meta(out, {"target": target.name, "fingerprint": target.fingerprint, "target_layers": layers,
+                      "max_prompt_tokens": max_prompt_tokens, "max_new_tokens": max_new_tokens})
     prompts = train_prompts(ddir)[:max_prompts]
     done = first_prompt  # > 0: an earlier run (whose shards are elsewhere) already covered the prompts before it
     for s in _shards(out):
@@ -161,11 +165,7 @@ def load_tokens(target, path: Path, out: Path, log=print) -> None:
     if meta["fingerprint"] != target.fingerprint:
         raise CaddtreeError(f"{path} holds responses of target {meta['target']} ({meta['fingerprint']}), not of "
                             f"{target.name} ({target.fingerprint}): load it with that target")
-    (out / "data").mkdir(parents=True, exist_ok=True)
-    mp = out / "data" / "meta.json"
-    if mp.is_file() and json.loads(mp.read_text())["fingerprint"] != meta["fingerprint"]:
-        raise CaddtreeError(f"{out}/data was generated for another target; use a fresh --out")
-    mp.write_text(json.dumps(meta, indent=1))
+    _write_meta(out, meta)
     target.hidden_layers = list(meta["target_layers"])
     ends = np.cumsum(z["lengths"])
     seqs = [torch.from_numpy(z["tokens"][e - n:e].copy()) for e, n in zip(ends, z["lengths"])]
@@ -327,7 +327,8 @@ def train_drafter(target, out, args, log=print):
     seqs, val = _training_seqs(out, args.max_seq, st["val_from"])
     if not seqs:
         raise CaddtreeError(f"no training data in {out}/data: run `caddtree train-drafter --stage data --out {out}`")
-    if not ck and getattr(args, "init_from", None):  # continue an exported drafter on new data
+    continued = not ck and bool(getattr(args, "init_from", None))  # an exported drafter, continued on new data
+    if continued:
         from caddtree.dflash import load_model
         model = load_model(args.init_from, target)
         c = model.c
@@ -366,7 +367,7 @@ def train_drafter(target, out, args, log=print):
     phase = getattr(args, "restart_schedule", 0) or 0
     if ck and phase > st.get("phase", 0):  # warm restart: a new warm-up + cosine from here (once per phase number)
         st.update(phase=phase, phase_step=st["step"], phase_sec=st["train_sec"], horizon_sec=args.max_minutes * 60)
-    if not ck and getattr(args, "init_from", None) and val:  # the continued drafter's start on this held-out set
+    if continued and val:  # the continued drafter's start on this held-out set
         model.eval()
         log(json.dumps({"event": "init_val", **_validate(model, val[:40], args.anchors, gamma)}))
         model.train()
