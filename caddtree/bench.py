@@ -640,8 +640,10 @@ def _save(fig, path: Path) -> Path:
 def machine_info() -> dict:
     import transformers
 
+    from caddtree.kernels import kernel_version, packing_available
     from caddtree.profile import _cpu_name
     return {"cpu": _cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "cpu_kernel": kernel_version() if packing_available() else "pytorch",
             "torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "platform": platform.platform()}
 

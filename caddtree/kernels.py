@@ -12,6 +12,15 @@ time one per core (`results/kernels-ab/`): plain step 70.5 -> 65.7 ms, 1 tree no
 is summed in the same order whatever the other rows are, so a token's logits in a verified tree are bit-identical to
 the ones the plain step would compute from the same activations.
 
+Where the CPU has AMX (Intel Sapphire Rapids and later) and the OS grants it, CADDTREE_CPU_KERNEL=amx runs the same
+source's AMX kernel instead (kernel version `amx1`): fp32 values split into bf16 hi + lo, three tile products per
+step, fp32 sums, ~1e-5 relative error against fp32, batch-invariant in the same way. A tile product covers 16 rows for
+the price of one, so verifying a tree of up to 15 nodes costs about one plain step's weight traffic: on an Intel Xeon
+with AMX (SmolLM2-135M, 300-token cache, both cores busy) a 1 / 9 / 16-token forward took 114.8 / 184.8 / 208.6 ms
+with the panel kernel, 124.0 / 140.6 / 147.5 ms with AMX. Plain decoding is ~8% slower with it (tile loads stream the
+weights slower than vector loads), so it stays opt-in until an end-to-end A/B (`results/kernels-amx/commands.sh`)
+shows the tree methods gaining more than that; the default is the panel kernel.
+
 Rows above MAX_ROWS (prefill), grad mode, other dtypes and non-CPU tensors use `F.linear`. Without a C++ compiler
 (or ninja) the kernel is not built: linears stay PyTorch's, with a one-line warning; decoding is the same, slower.
 """
@@ -20,6 +29,7 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import os
 import platform
 import sys
 import warnings
@@ -29,9 +39,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# in cost-profile keys: bump when the CPU kernels change (linears here, attention and KV cache in caddtree.target, the
-# DFlash drafter's output head), so no stale profile is reused
-KERNELS = "panel1"
+from caddtree.errors import CaddtreeError
+
+# in cost-profile keys (`kernel_version()`): bump when the CPU kernels change (linears here, attention and KV cache in
+# caddtree.target, the DFlash drafter's output head), so no stale profile is reused
+VERSIONS = {"panel": "panel1", "amx": "amx1"}
 PANEL = 64  # output columns per panel (panel_linear.cpp's P)
 MAX_ROWS = 96  # above this PyTorch's GEMM wins (prefill); measured with `python -m caddtree.kernels`
 
@@ -76,6 +88,22 @@ def packing_available() -> bool:
     return _library() is not None
 
 
+@functools.cache
+def _kind() -> str:
+    """'panel', or 'amx' when CADDTREE_CPU_KERNEL=amx asks for it (opt-in until measured faster end to end)."""
+    want = os.environ.get("CADDTREE_CPU_KERNEL", "panel")
+    if want not in ("panel", "amx"):
+        raise CaddtreeError(f"CADDTREE_CPU_KERNEL={want!r}: use panel (default) or amx")
+    if want == "amx" and not (packing_available() and _library().amx_available()):
+        raise CaddtreeError("CADDTREE_CPU_KERNEL=amx, but this CPU or OS has no AMX tiles: unset it or use panel")
+    return want
+
+
+def kernel_version() -> str:
+    """The CPU linear kernel packed models run here, as it appears in cost-profile keys."""
+    return VERSIONS[_kind()]
+
+
 def to_panels(weight: torch.Tensor) -> torch.Tensor:
     """W [N, K] -> panels [ceil(N/64), K, 64], zero-padded: panel b, row k = W[64b : 64b+64, k]."""
     n, k = weight.shape
@@ -86,51 +114,61 @@ def to_panels(weight: torch.Tensor) -> torch.Tensor:
 
 class PackedLinear(nn.Module):
     """Drop-in for an inference-only fp32 `nn.Linear` on CPU. `weight` stays the same Parameter (tied weights stay
-    tied); the panels are the one extra copy."""
+    tied); the packed layout is the one extra copy. kind: 'panel' or 'amx' (default: `_kind()`)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, kind: str | None = None):
         super().__init__()
         self.weight, self.bias = weight, bias
         self.out_features, self.in_features = weight.shape
-        self.panels = to_panels(weight)  # [ceil(N/64), K, 64]
+        self.kind = kind or _kind()
+        if self.kind == "amx":  # [ceil(N/64), ceil(K/32), 4, 2, 16, 32] bf16 hi/lo tiles
+            self.packed = _library().amx_pack(weight.detach().float().contiguous())
+        else:  # [ceil(N/64), K, 64]
+            self.packed = to_panels(weight)
 
     def __deepcopy__(self, memo):
-        return PackedLinear(copy.deepcopy(self.weight, memo), copy.deepcopy(self.bias, memo))
+        return PackedLinear(copy.deepcopy(self.weight, memo), copy.deepcopy(self.bias, memo), self.kind)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
         if (not 0 < rows <= MAX_ROWS or x.device.type != "cpu" or x.dtype != torch.float32
                 or torch.is_grad_enabled()):
             return F.linear(x, self.weight, self.bias)
-        y = _library().panel_linear(x.reshape(rows, self.in_features).contiguous(), self.panels,
-                                    self.out_features)  # [rows, N]
+        run = _library().amx_linear if self.kind == "amx" else _library().panel_linear
+        y = run(x.reshape(rows, self.in_features).contiguous(), self.packed, self.out_features)  # [rows, N]
         if self.bias is not None:
             y += self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
 
 
-def pack_linears(module: nn.Module) -> int:
-    """Replace every fp32 CPU `nn.Linear` inside `module` by a `PackedLinear`; returns how many were replaced."""
+def pack_linears(module: nn.Module, kind: str | None = None) -> int:
+    """Replace every fp32 CPU `nn.Linear` inside `module` by a `PackedLinear` (of `kind`, default: the machine's);
+    returns how many were replaced."""
     if not packing_available():
         return 0
     count = 0
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear and child.weight.device.type == "cpu" and child.weight.dtype == torch.float32:
-                setattr(parent, name, PackedLinear(child.weight, child.bias))
+                setattr(parent, name, PackedLinear(child.weight, child.bias, kind))
                 count += 1
     return count
 
 
-def _compare(ctx: int = 300, sizes=(1, 2, 3, 5, 9, 17, 33, 65, 97, 129), reps: int = 12) -> None:
-    """Median forward ms of the built-in target, n new tokens on a ctx-token cache, PyTorch's linears vs the panel
-    kernel. The two models alternate call by call, so a load drift of a shared machine hits both columns alike."""
+def _compare(ctx: int = 300, sizes=(1, 2, 3, 5, 9, 16, 17, 33, 65, 97), reps: int = 12) -> None:
+    """Median forward ms of the built-in target, n new tokens on a ctx-token cache: PyTorch's linears, the panel
+    kernel and (where it runs) the AMX kernel. The models alternate call by call, so a load drift of a shared machine
+    hits every column alike."""
     import time
 
     from caddtree.target import load_target
 
     torch.set_num_threads(1)
-    targets = {"pytorch": load_target(pack=False), "panel": load_target(pack=True)}
+    targets = {"pytorch": load_target(pack=False)}
+    for kind in ("panel", "amx") if _library().amx_available() else ("panel",):
+        targets[kind] = load_target(pack=False)
+        pack_linears(targets[kind].model, kind)
+        targets[kind].packed = True
     ids = torch.randint(0, 1000, (ctx,))
     caches = {}
     for name, target in targets.items():
@@ -145,10 +183,9 @@ def _compare(ctx: int = 300, sizes=(1, 2, 3, 5, 9, 17, 33, 65, 97, 129), reps: i
                 target.forward(new, caches[name])
                 times[name, n].append((time.perf_counter() - t0) * 1e3)
                 caches[name].crop(-n)
-    print("n tokens | pytorch ms | panel ms")
+    print("n tokens | " + " | ".join(f"{name} ms" for name in targets))
     for n in sizes:
-        a, b = (sorted(times[name, n])[reps // 2] for name in targets)
-        print(f"{n:8d} | {a:10.1f} | {b:8.1f}")
+        print(f"{n:8d} | " + " | ".join(f"{sorted(times[name, n])[reps // 2]:{len(name) + 3}.1f}" for name in targets))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import torch
 from caddtree.costmodel import (CostModel, default_cost_path, fit_cost_model, load_cost_model, plot_cost_model,
                                 save_cost_model)
 from caddtree.errors import CaddtreeError
-from caddtree.kernels import KERNELS
+from caddtree.kernels import kernel_version
 
 PRESETS = {
     # first run on a fresh machine: < 1 min for SmolLM2 on 2 CPU cores
@@ -63,7 +63,8 @@ def device_label(target) -> str:
     dev = target.device
     if dev.type == "cuda":
         return f"cuda-{torch.cuda.get_device_name(dev).replace(' ', '_')}"
-    return f"{dev.type}-t{torch.get_num_threads()}" + (f"-{KERNELS}" if getattr(target, "packed", False) else "")
+    kernel = f"-{kernel_version()}" if getattr(target, "packed", False) else ""
+    return f"{dev.type}-t{torch.get_num_threads()}{kernel}"
 
 
 def _cpu_name() -> str:

@@ -39,7 +39,7 @@ class Target:
     name: str
     fingerprint: str = ""  # identifies the weights (drafters and cost profiles are tied to it)
     hidden_layers: list[int] = field(default_factory=list)  # layer ids whose outputs `forward` returns
-    packed: bool = False  # CPU linears run by caddtree.kernels' panel kernel
+    packed: bool = False  # CPU linears run by caddtree.kernels (panel or AMX kernel)
 
     def __post_init__(self):
         use_grouped_attention(self.model)
@@ -261,7 +261,7 @@ def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, 
                 pack: bool | None = None) -> Target:
     """Load a target by built-in name, local HF directory, local .gguf file or hub id.
 
-    pack: run the linears with caddtree.kernels' panel kernel (weights re-laid in panels, one extra copy);
+    pack: run the linears with caddtree.kernels' CPU kernel (weights re-laid for it, one extra copy);
     default: on for fp32 on CPU.
     """
     from transformers import AutoTokenizer

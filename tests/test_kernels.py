@@ -1,52 +1,60 @@
-"""Panel-kernel CPU linears: same numbers as nn.Linear, a row's result independent of the batch, tied weights stay
-tied, and decoding stays lossless."""
+"""CPU linear kernels (panel, and AMX where the CPU has it): same numbers as nn.Linear, a row's result independent of
+the batch, tied weights stay tied, and decoding stays lossless."""
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from caddtree.engine import Decoder
-from caddtree.kernels import KERNELS, MAX_ROWS, PackedLinear, pack_linears, packing_available, to_panels
+from caddtree.errors import CaddtreeError
+from caddtree import kernels
+from caddtree.kernels import MAX_ROWS, PackedLinear, kernel_version, pack_linears, packing_available, to_panels
 from caddtree.profile import device_label
 from conftest import OracleDrafter, RandomDrafter, make_tiny_target, reference_greedy
 
 needs_kernel = pytest.mark.skipif(not packing_available(), reason="panel kernel not built (no C++ compiler)")
+HAS_AMX = packing_available() and kernels._library().amx_available()
+KINDS = ["panel", pytest.param("amx", marks=pytest.mark.skipif(not HAS_AMX, reason="no AMX on this CPU"))]
+TOLERANCE = {"panel": 1e-5, "amx": 1e-4}  # AMX: bf16 hi/lo split, ~1e-5 relative error
 
 
 @needs_kernel
-@pytest.mark.parametrize("rows", [1, 2, 7, 33, MAX_ROWS + 1])
-def test_packed_linear_matches_linear(rows):
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("rows", [1, 2, 7, 17, 33, MAX_ROWS + 1])
+def test_packed_linear_matches_linear(rows, kind):
     torch.manual_seed(rows)
-    lin = nn.Linear(48, 80, bias=rows % 2 == 0)  # 80 outputs: one full panel and one clipped
+    lin = nn.Linear(50, 83, bias=rows % 2 == 0)  # 83 outputs: a clipped panel and column tile; 50 inputs: padded K
     original = lin.weight.detach().clone()
-    packed = PackedLinear(lin.weight, lin.bias)
+    packed = PackedLinear(lin.weight, lin.bias, kind)
     assert torch.equal(lin.weight, original)  # the weight itself is left as it was
-    x = torch.randn(1, rows, 48)
+    x = torch.randn(1, rows, 50)
     with torch.inference_mode():
         got, want = packed(x), F.linear(x, original, lin.bias)
-    assert got.shape == want.shape == (1, rows, 80)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert got.shape == want.shape == (1, rows, 83)
+    torch.testing.assert_close(got, want, rtol=TOLERANCE[kind], atol=TOLERANCE[kind])
 
 
 @needs_kernel
-def test_packed_linear_rows_are_batch_invariant():
+@pytest.mark.parametrize("kind", KINDS)
+def test_packed_linear_rows_are_batch_invariant(kind):
     """A row's output does not depend on which other rows share the call: plain steps (1 row) and tree verification
-    (many rows) compute a token's logits the same way, bit for bit."""
+    (many rows) compute a token's logits the same way, bit for bit. 37 rows: three AMX row tiles, the last partial."""
     torch.manual_seed(0)
-    packed = PackedLinear(torch.randn(200, 40))
-    x = torch.randn(13, 40)
+    packed = PackedLinear(torch.randn(200, 40), kind=kind)
+    x = torch.randn(37, 40)
     with torch.inference_mode():
         batched = packed(x)
-        alone = torch.cat([packed(x[i:i + 1]) for i in range(13)])
-        pairs = torch.cat([packed(x[i:i + 2]) for i in range(0, 12, 2)])
-    assert torch.equal(batched, alone) and torch.equal(batched[:12], pairs)
+        alone = torch.cat([packed(x[i:i + 1]) for i in range(37)])
+        pairs = torch.cat([packed(x[i:i + 2]) for i in range(0, 36, 2)])
+    assert torch.equal(batched, alone) and torch.equal(batched[:36], pairs)
 
 
 @needs_kernel
-def test_packed_linear_same_bits_on_more_threads():
+@pytest.mark.parametrize("kind", KINDS)
+def test_packed_linear_same_bits_on_more_threads(kind):
     """Threads split the panels, never a sum: the result does not depend on the thread count."""
     torch.manual_seed(1)
-    packed = PackedLinear(torch.randn(1000, 64))
+    packed = PackedLinear(torch.randn(1000, 64), kind=kind)
     x = torch.randn(9, 64)
     threads = torch.get_num_threads()
     try:
@@ -85,14 +93,38 @@ def test_pack_keeps_tied_weights_and_training_falls_back():
 
 @needs_kernel
 def test_packed_target_has_its_own_profile_label():
-    assert device_label(make_tiny_target(0, pack=True)).endswith(f"-{KERNELS}")
-    assert not device_label(make_tiny_target(0)).endswith(f"-{KERNELS}")
+    assert device_label(make_tiny_target(0, pack=True)).endswith(f"-{kernel_version()}")
+    assert not device_label(make_tiny_target(0)).endswith(f"-{kernel_version()}")
+
+
+def test_kernel_choice_from_the_environment(monkeypatch):
+    kernels._kind.cache_clear()
+    try:
+        monkeypatch.delenv("CADDTREE_CPU_KERNEL", raising=False)
+        assert kernels._kind() == "panel" and kernel_version() == "panel1"  # AMX is opt-in
+        kernels._kind.cache_clear()
+        monkeypatch.setenv("CADDTREE_CPU_KERNEL", "amx" if HAS_AMX else "panel")
+        assert kernel_version() == ("amx1" if HAS_AMX else "panel1")
+        kernels._kind.cache_clear()
+        monkeypatch.setenv("CADDTREE_CPU_KERNEL", "fast")
+        with pytest.raises(CaddtreeError, match="use panel \\(default\\) or amx"):
+            kernels._kind()
+        if not HAS_AMX:
+            kernels._kind.cache_clear()
+            monkeypatch.setenv("CADDTREE_CPU_KERNEL", "amx")
+            with pytest.raises(CaddtreeError, match="no AMX"):
+                kernels._kind()
+    finally:
+        kernels._kind.cache_clear()
 
 
 @needs_kernel
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("seed", range(3))
-def test_packed_tree_decoding_equals_plain_greedy(seed):
+def test_packed_tree_decoding_equals_plain_greedy(seed, kind, monkeypatch):
+    monkeypatch.setattr(kernels, "_kind", lambda: kind)
     target = make_tiny_target(seed, pack=True)
+    assert {m.kind for m in target.model.modules() if isinstance(m, PackedLinear)} == {kind}
     assert target.packed
     p = torch.randint(2, 64, (12,), generator=torch.Generator().manual_seed(seed))
     expect = reference_greedy(make_tiny_target(seed), p, 32)  # unpacked, cache-free ground truth
@@ -103,12 +135,13 @@ def test_packed_tree_decoding_equals_plain_greedy(seed):
 
 
 @needs_kernel
-def test_packed_linear_deep_copies():
+@pytest.mark.parametrize("kind", KINDS)
+def test_packed_linear_deep_copies(kind):
     import copy
     lin = nn.Linear(16, 24)
-    packed = PackedLinear(lin.weight, lin.bias)
+    packed = PackedLinear(lin.weight, lin.bias, kind)
     clone = copy.deepcopy(packed)
-    assert clone.weight is not packed.weight
+    assert clone.weight is not packed.weight and clone.kind == kind
     x = torch.randn(4, 16)
     with torch.inference_mode():
         torch.testing.assert_close(clone(x), packed(x))
