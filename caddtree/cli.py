@@ -24,7 +24,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=DEFAULT_TARGET,
                    help=f"built-in name ({DEFAULT_TARGET}), local HF model dir, .gguf file, or hub id")
     p.add_argument("--drafter", default="auto",
-                   help="'auto' (= 'lookup': measured fastest here, see results/), 'lookup' (prompt lookup), "
+                   help="'auto' (= 'dflash+lookup' where a DFlash drafter ships for the target, else 'lookup'; "
+                        "see results/), 'lookup' (prompt lookup), "
                         "'dflash' (the shipped DFlash drafter for the target), a DFlash drafter directory, "
                         "or either + '+lookup' (prompt lookup mixed into its marginals, e.g. dflash+lookup)")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
@@ -42,13 +43,16 @@ def add_method_args(p: argparse.ArgumentParser) -> None:
 def load_drafter_spec(spec: str, target):
     """'auto' | 'lookup' | 'dflash' | drafter dir, optionally '+lookup' ('dflash+lookup') -> Drafter.
 
-    'auto' is the prompt-lookup drafter: on this project's CPU benchmark (results/bench-t0-256-panel) it is the
-    fastest CaDDTree drafter, or within 1% of it, on 5 of 8 datasets; the shipped DFlash drafter (4.7 hours of
-    training on 2 cores) pays off only mixed with prompt lookup ('dflash+lookup', drafter.LookupMixtureDrafter), which
-    is 10-14% faster on GSM8K, HumanEval and MBPP.
+    'auto' is 'dflash+lookup' (drafter.LookupMixtureDrafter: prompt lookup mixed into the shipped DFlash drafter's
+    marginals) for a target with a shipped drafter, else 'lookup'. With the phase-4 DFlash drafter the mix ran
+    CaDDTree faster than prompt lookup alone on 6 of 8 datasets of the CPU benchmark (results/bench-t0-256-phase4:
+    less time per token on AIME25, GSM8K, HumanEval, MBPP, MT-Bench (5-29%) and AlpacaEval (1%), more on MATH-500
+    (1.5%) and LiveCodeBench (6%)).
     """
     from caddtree.drafter import LookupMixtureDrafter, PromptLookupDrafter
-    if spec in ("auto", "lookup"):
+    if spec == "auto":
+        spec = "dflash+lookup" if (SHIPPED_DRAFTER.get(target.name, Path("-")) / "config.json").is_file() else "lookup"
+    if spec == "lookup":
         return PromptLookupDrafter(target.vocab_size)
     if spec.endswith("+lookup"):
         base = load_drafter_spec(spec[:-len("+lookup")], target)

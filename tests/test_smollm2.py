@@ -48,6 +48,7 @@ def test_shipped_drafter_is_lossless(smollm2):
     expect = Decoder(smollm2).generate(ids, 32).tokens
     assert Decoder(smollm2, drafter, method="ddtree", budget=16).generate(ids, 32).tokens == expect
     mix = load_drafter_spec("dflash+lookup", smollm2)  # the mixture, same prompt: still plain greedy's tokens
+    assert type(load_drafter_spec("auto", smollm2)) is type(mix)  # the default where a drafter ships
     assert Decoder(smollm2, mix, method="ddtree", budget=16).generate(ids, 32).tokens == expect
 
 
