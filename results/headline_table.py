@@ -1,0 +1,43 @@
+"""The README's headline table from a run's summary.csv (run `caddtree bench ... --report` first); the peer columns
+(HF generate, HF prompt lookup, llama.cpp) appear where the run has them.
+Run from the repository root: python results/headline_table.py results/bench-t0-256-phase4"""
+import csv
+import sys
+from pathlib import Path
+
+rows = list(csv.DictReader(open(Path(sys.argv[1]) / "summary.csv")))
+by = {(r["dataset"], r["method"]): r for r in rows}
+PEERS = {"hf": "HF generate", "hf-lookup": "HF prompt lookup", "llamacpp": "llama.cpp (Q4_1)"}
+peers = [m for m in PEERS if any(r["method"] == m for r in rows)]
+
+
+def ms(ds, m):
+    r = by.get((ds, m))
+    if r is None or not r["ms_per_token"]:
+        return "–"
+    return f"{float(r['ms_per_token']):.1f} ({float(r['speedup']):.2f}×)"
+
+
+def tree(ds, m):
+    r = by[(ds, m)]
+    share = f", DFlash in {100 * float(r['second_stage_share']):.0f}% of rounds" if r["second_stage_share"] else ""
+    return f"τ {float(r['tau']):.2f}, {float(r['tree_size_mean']):.1f} nodes{share}"
+
+
+header = (["dataset", "n", "plain (ar)"] + [PEERS[m] for m in peers]
+          + ["best fixed budget, mix (oracle)", "CaDDTree, mix + gate", "CaDDTree / oracle: medians; per prompt [90% CI]",
+             "CaDDTree, prompt lookup", "exact match (our 5 speculative methods)"])
+print("| " + " | ".join(header) + " |")
+print("|---|" + "---:|" * (len(header) - 1))
+for ds in dict.fromkeys(r["dataset"] for r in rows):
+    ar, c = by[(ds, "ar")], by[(ds, "caddtree")]
+    oracle = f"{float(c['oracle_ms_per_token']):.1f} (B={c['oracle_budget']}, " \
+             f"{float(ar['ms_per_token']) / float(c['oracle_ms_per_token']):.2f}×)"
+    ratio = f"{float(c['ratio_to_oracle']):.3f}; {float(c['paired_ratio_to_oracle']):.3f} " \
+            f"[{float(c['paired_ci_low']):.2f}, {float(c['paired_ci_high']):.2f}]"
+    ours = [r for r in rows if r["dataset"] == ds and r["compared"] and r["method"] not in ("ar", *PEERS)]
+    exact = f"{sum(int(r['match']) for r in ours)}/{sum(int(r['compared']) for r in ours)}"
+    cells = ([ds, ar["n"], f"{float(ar['ms_per_token']):.1f}"] + [ms(ds, m) for m in peers]
+             + [oracle, f"{ms(ds, 'caddtree')}, {tree(ds, 'caddtree')}", ratio,
+                f"{ms(ds, 'lookup-caddtree')}, {tree(ds, 'lookup-caddtree')}", exact])
+    print("| " + " | ".join(cells) + " |")
