@@ -20,6 +20,12 @@ SHIPPED_DRAFTERS = Path(__file__).resolve().parent.parent / "drafters"
 SHIPPED_DRAFTER = {DEFAULT_TARGET: SHIPPED_DRAFTERS / "smollm2-135m-instruct-dflash"}
 
 
+def shipped_drafter(target) -> Path | None:
+    """The DFlash drafter directory shipped for this target, if this checkout has one."""
+    path = SHIPPED_DRAFTER.get(target.name)
+    return path if path is not None and (path / "config.json").is_file() else None
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=DEFAULT_TARGET,
                    help=f"built-in name ({DEFAULT_TARGET}), local HF model dir, .gguf file, or hub id")
@@ -51,7 +57,7 @@ def load_drafter_spec(spec: str, target):
     """
     from caddtree.drafter import LookupMixtureDrafter, PromptLookupDrafter
     if spec == "auto":
-        spec = "dflash+lookup" if (SHIPPED_DRAFTER.get(target.name, Path("-")) / "config.json").is_file() else "lookup"
+        spec = "dflash+lookup" if shipped_drafter(target) is not None else "lookup"
     if spec == "lookup":
         return PromptLookupDrafter(target.vocab_size)
     if spec.endswith("+lookup"):
@@ -60,8 +66,8 @@ def load_drafter_spec(spec: str, target):
             raise CaddtreeError(f"--drafter {spec}: mix prompt lookup into a trained drafter, e.g. dflash+lookup")
         return LookupMixtureDrafter(base, PromptLookupDrafter(target.vocab_size, num_positions=base.num_positions))
     if spec == "dflash":
-        path = SHIPPED_DRAFTER.get(target.name)
-        if path is None or not (path / "config.json").is_file():
+        path = shipped_drafter(target)
+        if path is None:
             raise CaddtreeError(f"no shipped DFlash drafter for target '{target.name}': train one with "
                                 f"`caddtree train-drafter --target {target.name}` and pass its directory")
         spec = str(path)

@@ -88,13 +88,18 @@ def packing_available() -> bool:
     return _library() is not None
 
 
+def amx_available() -> bool:
+    """The AMX kernel is built here and this CPU and OS let the process use its tiles."""
+    return packing_available() and _library().amx_available()
+
+
 @functools.cache
 def _kind() -> str:
     """'panel', or 'amx' when CADDTREE_CPU_KERNEL=amx asks for it (opt-in until measured faster end to end)."""
     want = os.environ.get("CADDTREE_CPU_KERNEL", "panel")
     if want not in ("panel", "amx"):
         raise CaddtreeError(f"CADDTREE_CPU_KERNEL={want!r}: use panel (default) or amx")
-    if want == "amx" and not (packing_available() and _library().amx_available()):
+    if want == "amx" and not amx_available():
         raise CaddtreeError("CADDTREE_CPU_KERNEL=amx, but this CPU or OS has no AMX tiles: unset it or use panel")
     return want
 
@@ -165,7 +170,7 @@ def _compare(ctx: int = 300, sizes=(1, 2, 3, 5, 9, 16, 17, 33, 65, 97), reps: in
 
     torch.set_num_threads(1)
     targets = {"pytorch": load_target(pack=False)}
-    for kind in ("panel", "amx") if _library().amx_available() else ("panel",):
+    for kind in ("panel", "amx") if amx_available() else ("panel",):
         targets[kind] = load_target(pack=False)
         pack_linears(targets[kind].model, kind)
         targets[kind].packed = True

@@ -95,8 +95,9 @@ torch::Tensor panel_linear(torch::Tensor x, torch::Tensor panels, int64_t N) {
 // lo = bf16(v - hi), and y = x_hi W_hi + x_hi W_lo + x_lo W_hi, accumulated in fp32 (relative error ~1e-5; the
 // dropped x_lo W_lo term is ~2^-16 of the product). Why: the panel kernel is bound by the FMA units from a few rows on
 // (~3.5 ms per extra row for SmolLM2-135M), while one AMX tile product covers 16 rows at the cost of one, so a tree
-// of up to 15 nodes costs about 1.2 plain steps (measured: `python -m caddtree.kernels`, caddtree/kernels.py). Each output element is accumulated by the hardware in the
-// same order whatever the other rows of its tile hold, so rows stay batch-invariant as with the panel kernel.
+// of up to 15 nodes costs about 1.2 plain steps (measured with `python -m caddtree.kernels`). Each output element is
+// accumulated by the hardware in the same order whatever the other rows of its tile hold, so rows stay
+// batch-invariant as with the panel kernel.
 // Packed W: [ceil(N/64), Kp/32, 4 column tiles, 2 (hi, lo), 16 pair-rows, 32] bf16, the VNNI layout AMX reads
 // (pair-row r, element 2c + j = W[n0 + c, k0 + 2r + j]); Kp = K rounded up to 32, zero-padded.
 namespace {
@@ -115,6 +116,11 @@ inline float bf16_value(uint16_t h) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+// v ~ hi + lo in bf16, for weights and activations alike
+inline void bf16_split(float v, uint16_t& hi, uint16_t& lo) {
+  hi = bf16_round(v);
+  lo = bf16_round(v - bf16_value(hi));
 }
 
 #ifdef CADDTREE_AMX
@@ -186,12 +192,9 @@ torch::Tensor amx_pack(torch::Tensor w) {
   const float* wp = w.data_ptr<float>();
   for (int64_t n = 0; n < N; ++n)
     for (int64_t k = 0; k < K; ++k) {
-      const float v = wp[n * K + k];
-      const uint16_t hi = bf16_round(v), lo = bf16_round(v - bf16_value(hi));
       const int64_t tile = ((n / P) * steps + k / TK) * 4 + (n % P) / 16;  // index of the (hi) tile
       const int64_t at = tile * 2 * TILE + (k % TK) / 2 * 32 + (n % 16) * 2 + k % 2;
-      o[at] = hi;
-      o[at + TILE] = lo;
+      bf16_split(wp[n * K + k], o[at], o[at + TILE]);
     }
   return packed;
 }
@@ -210,11 +213,7 @@ torch::Tensor amx_linear(torch::Tensor x, torch::Tensor packed, int64_t N) {
   uint16_t* xl = split.data() + M * Kp;
   const float* xp = x.data_ptr<float>();
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k) {
-      const uint16_t hi = bf16_round(xp[m * K + k]);
-      xh[m * Kp + k] = hi;
-      xl[m * Kp + k] = bf16_round(xp[m * K + k] - bf16_value(hi));
-    }
+    for (int64_t k = 0; k < K; ++k) bf16_split(xp[m * K + k], xh[m * Kp + k], xl[m * Kp + k]);
   auto y = torch::empty({M, N}, x.options());
   float* yp = y.data_ptr<float>();
   const uint16_t* pp = reinterpret_cast<const uint16_t*>(packed.data_ptr<int16_t>());

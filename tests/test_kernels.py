@@ -13,7 +13,7 @@ from caddtree.profile import device_label
 from conftest import OracleDrafter, RandomDrafter, make_tiny_target, reference_greedy
 
 needs_kernel = pytest.mark.skipif(not packing_available(), reason="panel kernel not built (no C++ compiler)")
-HAS_AMX = packing_available() and kernels._library().amx_available()
+HAS_AMX = kernels.amx_available()
 KINDS = ["panel", pytest.param("amx", marks=pytest.mark.skipif(not HAS_AMX, reason="no AMX on this CPU"))]
 TOLERANCE = {"panel": 1e-5, "amx": 1e-4}  # AMX: bf16 hi/lo split, ~1e-5 relative error
 

@@ -10,4 +10,4 @@ ARGS="--drafter dflash+lookup --threads 1 --datasets gsm8k,math500,humaneval,mbp
 CADDTREE_CPU_KERNEL=panel taskset -c 0 caddtree bench $ARGS --out results/kernels-amx/panel &
 CADDTREE_CPU_KERNEL=amx taskset -c 1 caddtree bench $ARGS --out results/kernels-amx/amx &
 wait
-python results/kernels-amx/compare.py > results/kernels-amx/compare.md
+python results/ab_compare.py results/kernels-amx panel amx > results/kernels-amx/compare.md
