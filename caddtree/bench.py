@@ -13,6 +13,7 @@ shipped DFlash drafter), `mix-` (DFlash + prompt lookup, `--drafter dflash+looku
 `caddtree@nogate` (a two-stage drafter such as `mix` runs both stages every round: no `budget.DraftGate`),
 `caddtree@predgate` (the gate learns from the policy's predicted gains instead of the realised ones),
 `caddtree@cal` (Φ priced by the acceptance rates observed per predicted δ: `budget.PhiCalibration`),
+`caddtree@convex` (C_v fitted convex without the kernel's per-pass jumps, as before the pass term existed),
 peers `hf` / `hf-lookup` (Hugging Face `generate`, plain / prompt_lookup_num_tokens=10) and `llamacpp`
 (llama-cpp-python on the same GGUF, if importable).
 
@@ -45,6 +46,7 @@ QUICK = dict(num_prompts=1, max_new_tokens=16, methods="ar,ddtree:4,caddtree")
 PERTURB = {"cd0.5": (0.5, 1.0), "cd2": (2.0, 1.0), "cv0.5": (1.0, 0.5), "cv2": (1.0, 2.0)}  # (C_d, C_v slope) scale
 VARIANTS = {"nogate": {"gate": False}, "predgate": {"gate": "predicted"},  # method suffix -> Decoder(**kw)
             "cal": {"calibrate_phi": True}}
+REFITS = {"convex": {"row_group": 1}}  # method suffix -> the cost model refitted from its measurements with these
 PEERS = ("hf", "hf-lookup", "llamacpp")
 DRAFTER_PREFIX = {"lookup": "lookup", "dflash": "dflash", "mix": "dflash+lookup"}  # method prefix -> --drafter spec
 TREE_METHODS = ("ddtree",) + tuple(f"{p}-ddtree" for p in DRAFTER_PREFIX)
@@ -73,8 +75,8 @@ def parse_methods(spec: str) -> list[str]:
             last = None
             base, _, pert = name.partition("@")
             if arg or base not in ("ar", *COST_METHODS, *PEERS) or (pert and (
-                    base not in COST_METHODS or pert not in (*PERTURB, *VARIANTS))):
-                variants = ",".join((*PERTURB, *VARIANTS))
+                    base not in COST_METHODS or pert not in (*PERTURB, *VARIANTS, *REFITS))):
+                variants = ",".join((*PERTURB, *VARIANTS, *REFITS))
                 raise CaddtreeError(f"--methods: unknown method '{tok}' (ar, ddtree:B, caddtree, "
                                     f"caddtree@{{{variants}}}, the same with a drafter prefix "
                                     f"{'-, '.join(DRAFTER_PREFIX)}- (e.g. lookup-caddtree), hf, hf-lookup, llamacpp)")
@@ -87,8 +89,8 @@ def parse_methods(spec: str) -> list[str]:
 
 def perturb_cost_model(model, draft_scale: float = 1.0, slope_scale: float = 1.0):
     """A copy of `model` with C_d (both stages' of a two-stage drafter) scaled and the C_v slope in n scaled above
-    n = 1 (C_v(0), the plain step, and C_v(1) kept): C_v'(n) = C_v(1) + s (C_v(n) - C_v(1)); the ℓ-extrapolation
-    slopes get the same map."""
+    n = 1 (C_v(0), the plain step, and C_v(1) kept): C_v'(n) = C_v(1) + s (C_v(n) - C_v(1)), the kernel's pass
+    jumps included; the ℓ-extrapolation slopes get the same map."""
     from caddtree.costmodel import CostModel, check_cost_model
     v = model.verify.copy()
     v[:, 1:] = v[:, 1:2] + slope_scale * (v[:, 1:] - v[:, 1:2])
@@ -96,9 +98,10 @@ def perturb_cost_model(model, draft_scale: float = 1.0, slope_scale: float = 1.0
     s = model.verify_slope.copy()
     s[1:] = s[1:2] + slope_scale * (s[1:] - s[1:2])
     cheap = None if model.cheap_draft is None else model.cheap_draft * draft_scale
-    out = CostModel(model.ctxs, v, s, model.draft * draft_scale, model.overhead.copy(), cheap,
-                    measurements=model.measurements, provenance={**model.provenance, "perturbed": {
-                        "draft_scale": draft_scale, "verify_slope_scale": slope_scale}})
+    out = CostModel(model.ctxs, v, s, model.draft * draft_scale, model.overhead.copy(), cheap, model.row_group,
+                    model.pass_ms * slope_scale, measurements=model.measurements,
+                    provenance={**model.provenance, "perturbed": {"draft_scale": draft_scale,
+                                                                  "verify_slope_scale": slope_scale}})
     problem = check_cost_model(out)
     if problem:
         raise CaddtreeError(f"perturbed cost model is invalid: {problem}")
@@ -120,6 +123,9 @@ def _decoder(method: str, target, drafter_for, cost_model_for):
     cm = cost_model_for(drafter)
     if pert in PERTURB:
         cm = perturb_cost_model(cm, *PERTURB[pert])
+    if pert in REFITS:
+        from caddtree.costmodel import fit_cost_model
+        cm = fit_cost_model({**cm.measurements, **REFITS[pert]}, cm.provenance)
     return Decoder(target, drafter, "caddtree", cost_model=cm, **VARIANTS.get(pert, {})), desc
 
 

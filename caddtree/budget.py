@@ -4,7 +4,13 @@
 log prefix weight); the 1 is the bonus token every round yields. Going from n to n+1 nodes raises θ iff
 δ_{n+1} > θ_n · (C_v(n+1) − C_v(n)). With δ non-increasing (best-first order) and C_v convex non-decreasing in n
 (guaranteed by the cost fit for n >= 1), once a step fails θ never rises again (θ_{n+1} is a mediant of θ_n and δ/ΔC,
-and later ratios δ/ΔC only shrink), so the first failure from n = 1 on is the optimum over n >= 1.
+and later ratios δ/ΔC only shrink), so the first failure from n = 1 on is the optimum over n >= 1. The same bound lets
+the tree builder stop early (`TreeStop`): nodes past the point where no larger tree can win are never built.
+
+Kernel passes (`CostModel.row_group` g > 1): C_v = f + J · ⌊n / g⌋, f convex. θ is then unimodal within each pass
+(the argument above, on f) but may rise again after a pass's jump, so the rule takes the first argmax of θ over all
+sizes from n = 1 on. Where J = 0 (or g = 1) that is exactly the first failure; computing θ for every size costs the
+same numpy ops the first-failure test needs.
 
 n = 0 (a plain decoding step, lossless) is compared explicitly: the cost model keeps its measured cost, which may sit
 well below the masked n = 1 forward, so θ need not be unimodal across the 0 -> 1 step. Where C_v is convex from 0,
@@ -53,13 +59,40 @@ def choose_tree_size(log_weights, cost: CostModel, ctx: int, n_min: int = 0, n_m
     base = (cost.draft_ms(ctx) if draft_ms is None else draft_ms) + cost.overhead_ms(ctx)
     phi = np.concatenate(([0.0], np.cumsum(delta)))          # Φ_0..Φ_cap
     theta = (1.0 + phi) / (base + cv)                        # θ_0..θ_cap
-    grow = delta > theta[:-1] * np.diff(cv)                  # step n -> n+1 pays off
-    grow[:min(max(n_min, 1), cap)] = True                    # greedy from n = 1 (or n_min) ...
-    fails = np.flatnonzero(~grow)
-    n = int(fails[0]) if fails.size else cap
+    lo = min(max(n_min, 1), cap)                             # from n = 1 (or n_min): the first argmax ...
+    n = lo + int(np.argmax(theta[lo:]))
     if n_min == 0 and theta[0] >= theta[n]:                  # ... against the plain step
         n = 0
     return BudgetChoice(n, float(phi[n]), float(base + cv[n]), float(base + cv[0]))
+
+
+class TreeStop:
+    """`build_tree`'s stop for CaDDTree: ends the build once no larger tree can beat the best θ so far, so the tree
+    is built only as far as `choose_tree_size` could use it (the choice is the same as on the full build).
+
+    After m nodes with Φ_m and last weight δ_m, every later node weighs at most δ_m (best-first order), so
+    θ_n <= (1 + Φ_m + (n - m) δ_m) / (C_d + overhead + C_v(n)) for n > m; when that bound is nowhere above the best θ
+    of n <= m (θ_0 included), no larger size can be chosen (ties go to the smaller size). Pass the same cost model,
+    ctx, draft_ms and n_max as `choose_tree_size` gets, on uncalibrated weights.
+    """
+
+    def __init__(self, cost: CostModel, ctx: int, n_max: int | None = None, draft_ms: float | None = None):
+        cv = cost.verify_curve(ctx)
+        self.cap = min(cost.max_nodes, cost.max_nodes if n_max is None else n_max)
+        self.cost = (cost.draft_ms(ctx) if draft_ms is None else draft_ms) + cost.overhead_ms(ctx) + cv[:self.cap + 1]
+        self.sizes = np.arange(self.cap + 1)
+        self.m, self.phi, self.best = 0, 0.0, 1.0 / self.cost[0]
+
+    def __call__(self, log_weight: float) -> bool:
+        self.m += 1
+        if self.m >= self.cap:
+            return True
+        d = float(np.exp(log_weight))
+        self.phi += d
+        self.best = max(self.best, (1.0 + self.phi) / self.cost[self.m])
+        m = self.m
+        bound = (1.0 + self.phi + (self.sizes[m + 1:] - m) * d) / self.cost[m + 1:]
+        return bool(bound.max() <= self.best)
 
 
 class PhiCalibration:

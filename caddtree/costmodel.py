@@ -2,7 +2,8 @@
 round) and the per-round overhead (tree build, stop rule, cache compaction), all in milliseconds. Pure logic + JSON.
 
 The fit is what makes CaDDTree's greedy stop exact: per context length, C_v is fitted convex and non-decreasing in n
-(measured CPU curves are not convex at small n: kernels change), so marginal costs never decrease and θ is unimodal.
+(measured CPU curves are not convex at small n: kernels change), so marginal costs never decrease and θ is unimodal
+(within each kernel pass, where the kernel has passes: see the last rule).
 
 Rules (applied in `fit_cost_model` and `CostModel`):
 - n: the grid (possibly non-uniform) must start 0, 1. C_v(0) is the root-only forward, i.e. a plain decoding step: no
@@ -15,6 +16,11 @@ Rules (applied in `fit_cost_model` and `CostModel`):
   ctxs; below the grid the first ctx's values are used; above it, linear extrapolation with the slope between the last
   two grid ctxs, clamped at ≥ 0 (for C_v that per-n slope is itself projected onto convex non-decreasing curves, so
   extrapolated curves stay convex and monotone in n).
+- passes: a linear kernel that multiplies rows in passes of g (`row_group`; the CPU panel kernel: 6 rows) pays a jump
+  each time a tree starts a new pass (results/verify-staircase: 0-5 nodes 32-40 ms, 6 nodes 44-46 ms), which no
+  convex curve represents: the fit prices it as C_v(n) = f(n) + J · ⌊n / g⌋ for n >= 1 (n + 1 rows with the root),
+  f convex non-decreasing, J >= 0 per ctx (`pass_ms`, the same ℓ rules as C_d); the profile measures both sides of
+  the first pass boundaries so J is not smeared into f's slope. g = 1 (PyTorch's kernels, GPUs): no J, C_v = f.
 """
 from __future__ import annotations
 
@@ -40,6 +46,8 @@ class CostModel:
     draft: np.ndarray        # [len(ctxs)] fitted C_d(ctx), ms
     overhead: np.ndarray     # [len(ctxs)] fitted per-round overhead, ms
     cheap_draft: np.ndarray | None = None  # [len(ctxs)] C_d of a two-stage drafter's first stage alone (or None)
+    row_group: int = 1       # rows per pass of the verify kernel (module docstring)
+    pass_ms: np.ndarray | None = None  # [len(ctxs)] J, the jump in C_v per extra pass (zeros if row_group == 1)
     measurements: dict = field(default_factory=dict)  # raw data the fit came from (saved for audit/refit)
     provenance: dict = field(default_factory=dict)
 
@@ -51,6 +59,9 @@ class CostModel:
         self.overhead = np.asarray(self.overhead, dtype=np.float64)
         if self.cheap_draft is not None:
             self.cheap_draft = np.asarray(self.cheap_draft, dtype=np.float64)
+        self.row_group = int(self.row_group)
+        self.pass_ms = np.zeros(len(self.ctxs)) if self.pass_ms is None else np.asarray(self.pass_ms, np.float64)
+        self.passes = pass_count(self.verify.shape[1] - 1, self.row_group)  # [max_nodes + 1] ⌊n / g⌋ (0 if g = 1)
 
     @property
     def max_nodes(self) -> int:
@@ -72,7 +83,10 @@ class CostModel:
 
     def verify_curve(self, ctx: float) -> np.ndarray:
         """[max_nodes + 1] C_v(n; ctx) for n = 0..max_nodes (the per-round hot path: a few numpy ops)."""
-        return self._ctx_blend(self.verify, self.verify_slope, ctx)
+        curve = self._ctx_blend(self.verify, self.verify_slope, ctx)
+        if self.row_group == 1:
+            return curve
+        return curve + self._ctx_blend(self.pass_ms, self._scalar_slope(self.pass_ms), ctx) * self.passes
 
     def verify_ms(self, n, ctx: float):
         """C_v(n; ctx) in ms; n an int (-> float) or a 1-D array/tensor of ints (-> np.ndarray)."""
@@ -103,40 +117,58 @@ class CostModel:
         return self.draft_ms(ctx) + self.overhead_ms(ctx) + self.verify_ms(n, ctx)
 
 
+def pass_count(n_max: int, group: int) -> np.ndarray:
+    """[n_max + 1] the passes beyond the first that a verify of n = 0..n_max tree nodes (n + 1 rows) costs with a
+    kernel of `group` rows per pass: ⌊n / group⌋; none for the plain step (n = 0, its own measured cost) or group 1."""
+    n = np.arange(n_max + 1)
+    return n // group if group > 1 else np.zeros(n_max + 1, dtype=np.int64)
+
+
 # ---------------------------------------------------------------------------------------------------------- fitting
 
-def _shape_fit(x, y, convex: bool, relative: bool = True) -> np.ndarray:
+def _shape_fit(x, y, convex: bool, relative: bool = True, passes=None):
     """Least squares (in relative error: costs span 10x and small n matters as much as large) over curves that are
     non-decreasing in x and, if `convex`, have non-decreasing slopes (convexity on a non-uniform grid).
 
+    passes [len(x)] (optional): y is fitted as f(x) + J · passes with f of that shape and J >= 0; returns (f, J).
     cvxpy + CLARABEL as in the paper; scipy's bounded least squares on a hinge basis if cvxpy is missing or fails.
     The result is re-integrated from clamped, sorted slopes so the shape holds exactly, not just to solver tolerance.
     """
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    k = np.zeros_like(x) if passes is None else np.asarray(passes, dtype=np.float64)
     w = 1.0 / np.maximum(np.abs(y), 1e-9) if relative else np.ones_like(y)
     if len(x) == 1:
-        return y.copy()
-    try:
-        import cvxpy as cp
-        z = cp.Variable(len(x))
-        slopes = cp.multiply(cp.diff(z), 1.0 / np.diff(x))
-        cons = [cp.diff(z) >= 0] + ([cp.diff(slopes) >= 0] if convex and len(x) > 2 else [])
-        cp.Problem(cp.Minimize(cp.sum_squares(cp.multiply(w, z - y))), cons).solve(solver=cp.CLARABEL)
-        if z.value is None or not np.all(np.isfinite(z.value)):
-            raise ValueError("solver returned no solution")
-        fit = np.asarray(z.value, dtype=np.float64)
-    except Exception:  # cvxpy absent or solver failure: same problem, bounded-variable form
-        from scipy.optimize import lsq_linear
-        # y_j = c + Σ_m e_m φ_m(x_j), e_m >= 0; φ = steps (monotone) or hinges max(0, x - x_m) (+ a ramp) (convex)
-        xm = x[:-1] if convex else x[1:]
-        basis = np.maximum(0.0, x[:, None] - xm[None]) if convex else (x[:, None] >= xm[None]).astype(np.float64)
-        A = np.hstack([np.ones((len(x), 1)), basis])
-        lb = np.r_[-np.inf, np.zeros(basis.shape[1])]
-        fit = A @ lsq_linear(A * w[:, None], y * w, bounds=(lb, np.inf)).x
+        return y.copy() if passes is None else (y.copy(), 0.0)
+    fit, jump = _solve_shape(x, y, w, convex, k)
     slope = np.maximum(np.diff(fit) / np.diff(x), 0.0)
     if convex:
         slope = np.maximum.accumulate(slope)
-    return fit[0] + np.r_[0.0, np.cumsum(slope * np.diff(x))]
+    fit = fit[0] + np.r_[0.0, np.cumsum(slope * np.diff(x))]
+    return fit if passes is None else (fit, max(jump, 0.0))
+
+
+def _solve_shape(x, y, w, convex: bool, k) -> tuple[np.ndarray, float]:
+    """min Σ (w (z + J k - y))² over z of the shape, J >= 0 (J stays 0 where k is all 0) -> (z, J)."""
+    with_jump = bool(np.any(k))
+    try:
+        import cvxpy as cp
+        z, J = cp.Variable(len(x)), cp.Variable(nonneg=True)
+        slopes = cp.multiply(cp.diff(z), 1.0 / np.diff(x))
+        cons = [cp.diff(z) >= 0] + ([cp.diff(slopes) >= 0] if convex and len(x) > 2 else [])
+        pred = z + J * k if with_jump else z
+        cp.Problem(cp.Minimize(cp.sum_squares(cp.multiply(w, pred - y))), cons).solve(solver=cp.CLARABEL)
+        if z.value is None or not np.all(np.isfinite(z.value)):
+            raise ValueError("solver returned no solution")
+        return np.asarray(z.value, dtype=np.float64), float(J.value) if with_jump else 0.0
+    except Exception:  # cvxpy absent or solver failure: same problem, bounded-variable form
+        from scipy.optimize import lsq_linear
+        # y_j = c + Σ_m e_m φ_m(x_j) (+ J k_j), e_m, J >= 0; φ = steps (monotone) or hinges max(0, x - x_m) (convex)
+        xm = x[:-1] if convex else x[1:]
+        basis = np.maximum(0.0, x[:, None] - xm[None]) if convex else (x[:, None] >= xm[None]).astype(np.float64)
+        A = np.hstack([np.ones((len(x), 1)), basis] + ([k[:, None]] if with_jump else []))
+        lb = np.r_[-np.inf, np.zeros(A.shape[1] - 1)]
+        coef = lsq_linear(A * w[:, None], y * w, bounds=(lb, np.inf)).x
+        return A[:, :-1] @ coef[:-1] if with_jump else A @ coef, float(coef[-1]) if with_jump else 0.0
 
 
 def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostModel:
@@ -144,7 +176,8 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
 
         {"ns": [0, 1, n_2, ..., n_max] (increasing, must start 0, 1), "ctxs": [ℓ_1, ...] (increasing),
          "verify_ms": [[ms per n] per ctx], "draft_ms": [ms per ctx], "overhead_ms": float or [ms per ctx],
-         optional "cheap_draft_ms": [ms per ctx] (first stage of a two-stage drafter)}
+         optional "cheap_draft_ms": [ms per ctx] (first stage of a two-stage drafter),
+         optional "row_group": rows per pass of the verify kernel (default 1)}
 
     (extra keys are kept). See the module docstring for the n/ℓ rules.
     """
@@ -156,6 +189,7 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
         O = np.broadcast_to(np.asarray(measurements.get("overhead_ms", 0.0), dtype=np.float64), (len(ctxs),))
         Dc = measurements.get("cheap_draft_ms")
         Dc = None if Dc is None else np.broadcast_to(np.asarray(Dc, dtype=np.float64), (len(ctxs),))
+        group = int(measurements.get("row_group", 1))
     except (KeyError, TypeError, ValueError) as e:
         raise CaddtreeError(f"cost measurements are malformed ({e}): re-run `caddtree profile`") from None
     if ns[:2] not in ([0], [0, 1]) or np.any(np.diff(ns) <= 0) or not ctxs or np.any(np.diff(ctxs) <= 0):
@@ -166,11 +200,15 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
                                                and (Dc is None or np.all(np.isfinite(Dc)))):
         raise CaddtreeError(f"cost measurements: verify_ms must be finite [ctxs x ns] = [{len(ctxs)} x {len(ns)}], "
                             f"got {list(V.shape)}: re-run `caddtree profile`")
+    if group < 1:
+        raise CaddtreeError(f"cost measurements: row_group must be >= 1, got {group}: re-run `caddtree profile`")
     grid = np.arange(ns[-1] + 1)
-    rows = np.zeros((len(ctxs), len(grid)))
+    k = pass_count(ns[-1], group)
+    rows, jumps = np.zeros((len(ctxs), len(grid))), np.zeros(len(ctxs))
     for i in range(len(ctxs)):
         if len(ns) > 1:
-            rows[i, 1:] = np.interp(grid[1:], ns[1:], _shape_fit(ns[1:], V[i, 1:], convex=True))
+            f, jumps[i] = _shape_fit(ns[1:], V[i, 1:], convex=True, passes=k[ns[1:]])
+            rows[i, 1:] = np.interp(grid[1:], ns[1:], f)
         rows[i, 0] = min(V[i, 0], rows[i, 1]) if len(ns) > 1 else V[i, 0]
     rows = np.maximum.accumulate(rows, axis=0)  # monotone in ℓ; a max of such curves keeps their shape
     slope = np.zeros(len(grid))
@@ -182,7 +220,8 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
             slope[1:] = np.maximum(_shape_fit(grid[1:], raw[1:] / unit, convex=True, relative=False) * unit, 0.0)
             slope[0] = min(raw[0], slope[1])
     mono = (lambda v: np.maximum.accumulate(_shape_fit(ctxs, v, convex=False)))
-    return CostModel(ctxs, rows, slope, mono(D), mono(O), None if Dc is None else mono(Dc),
+    return CostModel(ctxs, rows, slope, mono(D), mono(O), None if Dc is None else mono(Dc), group,
+                     np.maximum(mono(jumps), 0.0) if group > 1 else jumps,
                      measurements=dict(measurements),
                      provenance=dict(provenance or {}))
 
@@ -195,7 +234,9 @@ def check_cost_model(model: CostModel) -> str | None:
             or model.draft.shape != (len(model.ctxs),) or model.overhead.shape != (len(model.ctxs),) \
             or (model.cheap_draft is not None and model.cheap_draft.shape != (len(model.ctxs),)):
         return "fit arrays have inconsistent shapes"
-    extra = () if model.cheap_draft is None else (model.cheap_draft,)
+    if model.row_group < 1 or model.pass_ms.shape != (len(model.ctxs),):
+        return "row_group below 1 or pass_ms of the wrong shape"
+    extra = (model.pass_ms,) + (() if model.cheap_draft is None else (model.cheap_draft,))
     if not all(np.all(np.isfinite(a)) for a in (V, s, model.draft, model.overhead, *extra)):
         return "fit has non-finite values"
     if np.any(np.diff(model.ctxs) <= 0):
@@ -205,8 +246,9 @@ def check_cost_model(model: CostModel) -> str | None:
     if np.any(np.diff(V, axis=0) < -scale) or np.any(s < -scale) or np.any(np.diff(s) < -scale) \
             or np.any(np.diff(s[1:], n=2) < -scale):
         return "verify cost is not non-decreasing in context length (or its extrapolation is not convex)"
-    if any(np.any(np.diff(a) < -scale) for a in (model.draft, model.overhead, *extra)):
-        return "draft/overhead cost is not non-decreasing in context length"
+    if any(np.any(np.diff(a) < -scale) for a in (model.draft, model.overhead, *extra)) \
+            or np.any(model.pass_ms < -scale):
+        return "draft/overhead/pass cost is not non-decreasing in context length (or a pass cost is negative)"
     return None
 
 
@@ -218,7 +260,8 @@ def save_cost_model(model: CostModel, path) -> Path:
     doc = {"format": FORMAT, "provenance": model.provenance, "measurements": model.measurements,
            "fit": {"ctxs": model.ctxs, "verify_ms": model.verify.tolist(), "verify_slope_ms_per_token":
                    model.verify_slope.tolist(), "draft_ms": model.draft.tolist(),
-                   "overhead_ms": model.overhead.tolist(),
+                   "overhead_ms": model.overhead.tolist(), "row_group": model.row_group,
+                   "pass_ms": model.pass_ms.tolist(),
                    **({} if model.cheap_draft is None else {"cheap_draft_ms": model.cheap_draft.tolist()})}}
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1, default=_jsonable))
@@ -254,7 +297,8 @@ def load_cost_model(path, target_fingerprint: str | None = None, drafter_id: str
     try:
         fit = doc["fit"]
         model = CostModel(fit["ctxs"], fit["verify_ms"], fit["verify_slope_ms_per_token"], fit["draft_ms"],
-                          fit["overhead_ms"], fit.get("cheap_draft_ms"), measurements=doc.get("measurements") or {},
+                          fit["overhead_ms"], fit.get("cheap_draft_ms"), fit.get("row_group", 1),
+                          fit.get("pass_ms"), measurements=doc.get("measurements") or {},
                           provenance=prov)
     except (KeyError, TypeError, ValueError) as e:
         raise CaddtreeError(f"cost profile {path} is corrupt (bad fit: {type(e).__name__} {e}): {redo}") from None
@@ -284,7 +328,7 @@ def plot_cost_model(model: CostModel, path, max_curves: int = 6) -> Path:
     grid = np.arange(model.max_nodes + 1)
     for k, i in enumerate(picks):
         color = f"C{k}"
-        ax.plot(grid, model.verify[i], "-", color=color, label=f"fit ℓ={model.ctxs[i]}")
+        ax.plot(grid, model.verify_curve(model.ctxs[i]), "-", color=color, label=f"fit ℓ={model.ctxs[i]}")
         if "verify_ms" in m and i < len(m["verify_ms"]):
             ax.plot(m["ns"], m["verify_ms"][i], "o", color=color, ms=4)
     ax.set(xlabel="tree nodes n (forward runs n+1 tokens)", ylabel="C_v(n; ℓ) ms", title="verify cost: points=measured")

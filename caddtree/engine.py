@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from caddtree.accept import SamplingParams, accept_walk, accepted_along, target_choices
-from caddtree.budget import DraftGate, PhiCalibration, choose_tree_size
+from caddtree.budget import DraftGate, PhiCalibration, TreeStop, choose_tree_size
 from caddtree.drafter import Drafter
 from caddtree.errors import CaddtreeError
 from caddtree.target import Target, compact_cache
@@ -173,9 +173,11 @@ class Decoder:
     def _choose(self, log_probs: torch.Tensor, ctx: int, room: int, draft_ms: float | None = None,
                 stage: str = "full"):
         """Marginals [L, V] -> (tree, BudgetChoice or None): the best-first tree, cut by CaDDTree's rule."""
-        tree = build_tree(log_probs[:room], self.budget)  # depth capped so no token lands past the budget
         if self.method != "caddtree":
-            return tree, None
+            return build_tree(log_probs[:room], self.budget), None  # depth capped: no token lands past the budget
+        # built only as far as the choice below can use it (calibrated weights are only known on the full tree)
+        stop = TreeStop(self.cost_model, ctx, draft_ms=draft_ms) if self.phi_cal is None else None
+        tree = build_tree(log_probs[:room], self.budget, stop)
         lw = tree.log_weights if self.phi_cal is None else self.phi_cal[stage].apply(tree.log_weights)
         choice = choose_tree_size(lw, self.cost_model, ctx, draft_ms=draft_ms)
         return tree.prefix(choice.n), choice

@@ -45,6 +45,7 @@ from caddtree.errors import CaddtreeError
 # caddtree.target, the DFlash drafter's output head), so no stale profile is reused
 VERSIONS = {"panel": "panel1", "amx": "amx1"}
 PANEL = 64  # output columns per panel (panel_linear.cpp's P)
+ROW_GROUP = {"panel": 6, "amx": 16}  # rows per pass: panel_linear.cpp's G_MAX, the rows of one AMX tile
 MAX_ROWS = 96  # above this PyTorch's GEMM wins (prefill); measured with `python -m caddtree.kernels`
 
 _SOURCE = Path(__file__).with_name("panel_linear.cpp")
@@ -107,6 +108,12 @@ def _kind() -> str:
 def kernel_version() -> str:
     """The CPU linear kernel packed models run here, as it appears in cost-profile keys."""
     return VERSIONS[_kind()]
+
+
+def row_group() -> int:
+    """Rows the kernel multiplies per pass over the weights: a verify that starts a new pass costs a jump
+    (`costmodel`, results/verify-staircase)."""
+    return ROW_GROUP[_kind()]
 
 
 def to_panels(weight: torch.Tensor) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 Per context length ℓ (KV cache prefilled with random tokens):
 - C_v(n; ℓ): `engine.verify_tree` on a best-first tree of n nodes built from random marginals (real ancestor mask,
-  root counted; n = 0 is the plain decoding step), cache cropped back after each call;
+  root counted; n = 0 is the plain decoding step), cache cropped back after each call; the preset's sizes plus both
+  sides of the first pass boundaries of the CPU kernel (`size_grid`), whose jumps the fit prices separately;
 - C_d(ℓ): one steady-state `drafter.propose` call that feeds only a few new tokens' features (LM head included);
   the drafter's context grows by those few tokens per call, negligible against ℓ; for a two-stage drafter also the
   first stage alone (`propose_cheap` + `skip_rest`), which the engine's draft gate prices;
@@ -33,7 +34,7 @@ import torch
 from caddtree.costmodel import (CostModel, default_cost_path, fit_cost_model, load_cost_model, plot_cost_model,
                                 save_cost_model)
 from caddtree.errors import CaddtreeError
-from caddtree.kernels import kernel_version
+from caddtree.kernels import kernel_version, row_group
 
 PRESETS = {
     # first run on a fresh machine: < 1 min for SmolLM2 on 2 CPU cores
@@ -56,6 +57,19 @@ def drafter_id(drafter) -> str:
         k: v for k, v in vars(drafter).items() if isinstance(v, (int, float, str, bool)) and not k.startswith("_")}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
     return f"{type(drafter).__name__}-{digest}"
+
+
+def verify_row_group(target) -> int:
+    """Rows per pass of the kernel the target's linears run (1: PyTorch's, on CPU or GPU)."""
+    return row_group() if getattr(target, "packed", False) else 1
+
+
+def size_grid(ns, group: int, boundaries: int = 3) -> list[int]:
+    """The tree sizes to profile: `ns`, 0 and 1, and both sides of the first `boundaries` pass boundaries of a kernel
+    with `group` rows per pass (n = jg - 1: j full passes; n = jg: one row more), so the fit sees each jump."""
+    n_max = max(ns)
+    extra = [n for j in range(1, boundaries + 1) for n in (j * group - 1, j * group)] if group > 1 else []
+    return sorted({0, 1, *map(int, ns), *(n for n in extra if n <= n_max)})
 
 
 def device_label(target) -> str:
@@ -118,7 +132,8 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
     from caddtree.engine import _now, commit_path, verify_tree
     from caddtree.tree import Tree, build_tree
 
-    ns = sorted({0, *map(int, ns)})
+    group = verify_row_group(target)
+    ns = size_grid(ns, group)
     n_max = ns[-1]
     # room for the draft timing too: each of its calls adds NEW_TOKENS tokens, twice for a two-stage drafter
     limit = target.max_context - n_max - 2 * NEW_TOKENS * (warmup + repeats) - 2
@@ -172,7 +187,7 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
         bar.close()
     ms = lambda a, f: (1000 * f(a[warmup:], axis=0)).round(3).tolist()  # noqa: E731
     return {"ns": ns, "ctxs": ctxs, "verify_ms": ms(times, np.median), "overhead_ms": ms(over, np.median),
-            "verify_min_ms": ms(times, np.min), "repeats": repeats, "warmup": warmup}
+            "verify_min_ms": ms(times, np.min), "repeats": repeats, "warmup": warmup, "row_group": group}
 
 
 @torch.inference_mode()
@@ -248,7 +263,7 @@ def _load_verify(target) -> dict | None:
         doc = json.loads(path.read_text())
         prov = doc["provenance"]
         if (doc.get("format") == VERIFY_FORMAT and prov["target_fingerprint"] == target.fingerprint
-                and prov["verify_id"]):
+                and prov["verify_id"] and doc["measurements"].get("row_group", 1) == verify_row_group(target)):
             fit_cost_model({**doc["measurements"], "draft_ms": 0.0})  # shape checks of the measurements
             return doc
     except (OSError, ValueError, KeyError, TypeError, AttributeError, CaddtreeError):
@@ -277,10 +292,11 @@ def ensure_cost_model(target, drafter, path=None, preset: str = "coarse", progre
     profile + fit + save, with a PNG of the fit beside the JSON.
 
     The verify cost (C_v, overhead) comes from the one shared verify profile of (target, device), measured on first
-    need (and again if `force`); only C_d is measured per drafter. A cached drafter profile whose verify part is
-    older than the shared one is rebuilt on it (C_d re-measured: seconds), so all drafters stay priced on the same
-    C_v. A missing file is profiled into; an existing but invalid one raises (CaddtreeError) if `path` was given,
-    while the default cache entry is re-profiled instead. Prints one line (stderr) per step taken.
+    need (and again if `force`, or if it was measured for another kernel pass size); only C_d is measured per
+    drafter. A cached drafter profile whose verify part is older than the shared one (or of another pass size) is
+    rebuilt on it (C_d re-measured: seconds), so all drafters stay priced on the same C_v. A missing file is
+    profiled into; an existing but invalid one raises (CaddtreeError) if `path` was given, while the default cache
+    entry is re-profiled instead. Prints one line (stderr) per step taken.
     """
     if preset not in PRESETS:
         raise CaddtreeError(f"unknown profile preset '{preset}': choose one of {', '.join(PRESETS)}")
@@ -294,8 +310,9 @@ def ensure_cost_model(target, drafter, path=None, preset: str = "coarse", progre
             if hasattr(drafter, "propose_cheap") and model.cheap_draft is None:
                 raise CaddtreeError(f"cost profile {path} has no first-stage draft cost for this two-stage drafter: "
                                     f"re-run `caddtree profile`")
-            stale = (not explicit and shared is not None
-                     and model.provenance.get("verify_id") != shared["provenance"]["verify_id"])
+            stale = not explicit and (
+                model.measurements.get("row_group", 1) != verify_row_group(target)  # measured for another kernel
+                or (shared is not None and model.provenance.get("verify_id") != shared["provenance"]["verify_id"]))
             if not stale:
                 print(f"cost model: loaded {path} (profiled {model.provenance.get('date', '?')}, "
                       f"max {model.max_nodes} nodes)", file=sys.stderr)

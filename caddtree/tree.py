@@ -32,30 +32,45 @@ class Tree:
         return Tree(self.tokens[:n], self.parents[:n], self.depths[:n], self.log_weights[:n])
 
 
-def build_tree(log_probs: torch.Tensor, budget: int) -> Tree:
-    """log_probs [L, V] per-position marginals -> the best-first tree of min(budget, reachable) nodes."""
+def build_tree(log_probs: torch.Tensor, budget: int, stop=None) -> Tree:
+    """log_probs [L, V] per-position marginals -> the best-first tree of min(budget, reachable) nodes.
+
+    stop(log_weight) -> bool, optional: called after each node with its log weight; True ends the build there (the
+    caller knows no larger tree is worth having, e.g. `budget.TreeStop`). A position's top-k is computed the first
+    time the tree reaches it: small trees never scan the deep positions' V logits.
+    """
     if budget < 1:
         raise ValueError(f"tree budget must be >= 1, got {budget}")
     L, V = log_probs.shape
     k = min(budget, V)
-    top_lp, top_tok = torch.topk(log_probs.detach().cpu(), k, dim=-1)  # [L, k], sorted descending
-    top_lp, top_tok = top_lp.tolist(), top_tok.tolist()
+    lp = log_probs.detach().cpu()
+    rows: list = [None] * L  # position -> (top-k log-probs, tokens), sorted descending, computed on first reach
+
+    def top(d: int):
+        if rows[d] is None:
+            v, i = torch.topk(lp[d], k)
+            rows[d] = (v.tolist(), i.tolist())
+        return rows[d]
+
     tokens, parents, depths, weights = [], [], [], []
     # heap entry: (-log_weight, tie, parent_node, depth, rank, parent_log_weight)
-    heap = [(-top_lp[0][0], 0, -1, 1, 0, 0.0)] if L > 0 else []
+    heap = [(-top(0)[0][0], 0, -1, 1, 0, 0.0)] if L > 0 else []
     tie = 1
     while heap and len(tokens) < budget:
         neg_w, _, parent, depth, rank, parent_w = heapq.heappop(heap)
         node = len(tokens)
-        tokens.append(top_tok[depth - 1][rank])
+        top_lp, top_tok = top(depth - 1)
+        tokens.append(top_tok[rank])
         parents.append(parent)
         depths.append(depth)
         weights.append(-neg_w)
+        if stop is not None and stop(-neg_w):
+            break
         if rank + 1 < k:  # next sibling: same parent, next-best token at this depth
-            heapq.heappush(heap, (-(parent_w + top_lp[depth - 1][rank + 1]), tie, parent, depth, rank + 1, parent_w))
+            heapq.heappush(heap, (-(parent_w + top_lp[rank + 1]), tie, parent, depth, rank + 1, parent_w))
             tie += 1
         if depth < L:  # first child: best token at the next depth
-            heapq.heappush(heap, (-(-neg_w + top_lp[depth][0]), tie, node, depth + 1, 0, -neg_w))
+            heapq.heappush(heap, (-(-neg_w + top(depth)[0][0]), tie, node, depth + 1, 0, -neg_w))
             tie += 1
     return Tree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long),
                 torch.tensor(depths, dtype=torch.long), torch.tensor(weights, dtype=torch.float64))

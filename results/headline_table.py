@@ -26,7 +26,7 @@ def tree(ds, m):
 
 header = (["dataset", "n", "plain (ar)"] + [PEERS[m] for m in peers]
           + ["best fixed budget, mix (oracle)", "CaDDTree, mix + gate", "CaDDTree / oracle: medians; per prompt [90% CI]",
-             "CaDDTree, prompt lookup", "exact match (our 5 speculative methods)"])
+             "CaDDTree, prompt lookup", "exact match (all our speculative methods)"])
 print("| " + " | ".join(header) + " |")
 print("|---|" + "---:|" * (len(header) - 1))
 for ds in dict.fromkeys(r["dataset"] for r in rows):

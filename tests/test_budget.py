@@ -6,7 +6,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from caddtree.budget import BudgetChoice, choose_tree_size
+from caddtree.budget import BudgetChoice, TreeStop, choose_tree_size
 from caddtree.costmodel import CostModel, fit_cost_model
 from caddtree.tree import build_tree
 
@@ -22,14 +22,17 @@ def random_tree(seed: int, n_nodes: int):
     return build_tree(lp, n_nodes)
 
 
-def random_cost(seed: int, n_max: int, flat_frac: float, jump: float = 0.0) -> CostModel:
+def random_cost(seed: int, n_max: int, flat_frac: float, jump: float = 0.0, group: int = 1,
+                pass_jump: float = 0.0) -> CostModel:
     """Random C_v over 0..n_max: convex non-decreasing (sorted non-negative increments, some exactly 0), plus an
-    extra `jump` between the plain step n = 0 and n = 1 (what the fit allows: a different kernel path)."""
+    extra `jump` between the plain step n = 0 and n = 1 (what the fit allows: a different kernel path), plus
+    `pass_jump` (x C_v(0)) per extra pass of `group` rows."""
     rng = np.random.default_rng(seed)
     inc = rng.exponential(rng.uniform(0.01, 5.0), n_max) * (rng.random(n_max) > flat_frac)
     cv = rng.uniform(1.0, 50.0) + np.r_[0.0, np.cumsum(np.sort(inc))]
     cv[1:] += jump * cv[0]
-    return CostModel([512], cv[None], np.zeros(n_max + 1), [rng.uniform(0.0, 10.0)], [rng.uniform(0.0, 2.0)])
+    return CostModel([512], cv[None], np.zeros(n_max + 1), [rng.uniform(0.0, 10.0)], [rng.uniform(0.0, 2.0)],
+                     row_group=group, pass_ms=[pass_jump * cv[0]])
 
 
 def brute_theta(log_weights, cost: CostModel, ctx: int, cap: int) -> np.ndarray:
@@ -50,24 +53,54 @@ def assert_is_argmax(choice: BudgetChoice, theta: np.ndarray):
 
 @settings(max_examples=300, deadline=None)
 @given(tree_seed=st.integers(0, 2**31), cost_seed=st.integers(0, 2**31), n_nodes=st.integers(1, 80),
-       n_max=st.integers(1, 100), flat=st.sampled_from([0.0, 0.3, 0.9]), jump=st.sampled_from([0.0, 0.0, 0.1, 1.0]))
-def test_greedy_stop_is_bruteforce_argmax_and_theta_unimodal(tree_seed, cost_seed, n_nodes, n_max, flat, jump):
+       n_max=st.integers(1, 100), flat=st.sampled_from([0.0, 0.3, 0.9]), jump=st.sampled_from([0.0, 0.0, 0.1, 1.0]),
+       group=st.sampled_from([1, 1, 3, 6, 16]), pass_jump=st.sampled_from([0.0, 0.05, 0.3]))
+def test_stop_is_bruteforce_argmax_and_theta_unimodal_on_convex_costs(tree_seed, cost_seed, n_nodes, n_max, flat,
+                                                                       jump, group, pass_jump):
     tree = random_tree(tree_seed, n_nodes)
-    cost = random_cost(cost_seed, n_max, flat, jump)
+    cost = random_cost(cost_seed, n_max, flat, jump, group, pass_jump)
     choice = choose_tree_size(tree.log_weights, cost, 512)
     cap = min(len(tree), cost.max_nodes)
     theta = brute_theta(tree.log_weights, cost, 512, cap)
     assert 0 <= choice.n <= cap
     assert_is_argmax(choice, theta)
-    # unimodal along best-first order: over all n when C_v is convex from 0, else from n = 1 on
+    # unimodal along best-first order: over all n when C_v is convex from 0, else from n = 1 on; with pass jumps
+    # within each pass (θ may rise again after a jump, which is why the rule takes the argmax)
     th = theta if jump == 0.0 else theta[1:]
-    if len(th):
+    if len(th) and (group == 1 or pass_jump == 0.0):
         peak = int(np.argmax(th))
         assert np.all(np.diff(th[:peak + 1]) >= -REL * th.max())
         assert np.all(np.diff(th[peak:]) <= REL * th.max())
     # the reported prediction is the chosen tree's
     assert choice.phi == pytest.approx(tree.log_weights[:choice.n].exp().sum().item(), rel=1e-9, abs=1e-12)
     assert choice.predicted_ms == pytest.approx(cost.round_ms(choice.n, 512), rel=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**31), cost_seed=st.integers(0, 2**31), n_max=st.integers(1, 100),
+       flat=st.sampled_from([0.0, 0.3, 0.9]), jump=st.sampled_from([0.0, 0.1, 1.0]), group=st.sampled_from([1, 6]),
+       pass_jump=st.sampled_from([0.0, 0.3]), draft_ms=st.sampled_from([None, 0.0, 3.0]))
+def test_tree_stop_builds_a_prefix_with_the_same_choice(seed, cost_seed, n_max, flat, jump, group, pass_jump,
+                                                         draft_ms):
+    g = torch.Generator().manual_seed(seed)
+    L, V = int(torch.randint(1, 12, (1,), generator=g)), int(torch.randint(2, 60, (1,), generator=g))
+    lp = torch.log_softmax(torch.randn(L, V, generator=g) * float(torch.empty(1).uniform_(0.1, 8.0, generator=g)), -1)
+    cost = random_cost(cost_seed, n_max, flat, jump, group, pass_jump)
+    full = build_tree(lp, cost.max_nodes)
+    cut = build_tree(lp, cost.max_nodes, TreeStop(cost, 512, draft_ms=draft_ms))
+    assert len(cut) <= len(full) and torch.equal(cut.tokens, full.prefix(len(cut)).tokens)
+    assert torch.equal(cut.parents, full.prefix(len(cut)).parents)
+    a = choose_tree_size(full.log_weights, cost, 512, draft_ms=draft_ms)
+    b = choose_tree_size(cut.log_weights, cost, 512, draft_ms=draft_ms)
+    assert (a.n, a.phi, a.predicted_ms, a.plain_ms) == (b.n, b.phi, b.predicted_ms, b.plain_ms)
+
+
+def test_tree_stop_stops_early_on_weak_drafts():
+    cost = CostModel([1], (30.0 + np.arange(65.0))[None], np.zeros(65), [2.0], [0.0])
+    lp = torch.log_softmax(torch.zeros(8, 1000), -1)  # uniform: every node δ <= 1e-3, a tree never pays
+    assert len(build_tree(lp, 64, TreeStop(cost, 1))) == 1
+    sure = torch.log_softmax(torch.eye(8, 1000) * 30, -1)  # a certain 8-token chain: worth growing to its end
+    assert len(build_tree(sure, 64, TreeStop(cost, 1))) >= 8
 
 
 REF = {"ns": [0, 1, 3, 7, 15, 31, 63, 127], "ctxs": [128, 512, 2048],

@@ -85,6 +85,41 @@ def test_fit_is_convex_monotone_and_exact_on_convex_data(seed, n_ctx, noise):
     assert np.allclose(m.verify_curve(1), m.verify[0])
 
 
+def _staircase(ns, jump, group=6):
+    """A kernel's verify cost with passes of `group` rows: smooth convex part + `jump` per extra pass."""
+    ns = np.asarray(ns)
+    return 30.0 + 0.8 * ns + 0.01 * ns ** 2 + jump * (ns // group)
+
+
+@pytest.mark.parametrize("solver", ["cvxpy", "scipy"])
+def test_pass_jumps_are_fitted_apart_from_the_convex_part(monkeypatch, solver):
+    from caddtree.profile import size_grid
+    if solver == "scipy":
+        monkeypatch.setitem(__import__("sys").modules, "cvxpy", None)
+    ns = size_grid([0, 1, 2, 4, 8, 16, 32, 64], 6)
+    assert ns == [0, 1, 2, 4, 5, 6, 8, 11, 12, 16, 17, 18, 32, 64]
+    true = _staircase(ns, 6.0)
+    true[0] = 28.0
+    meas = {"ns": ns, "ctxs": [128, 512], "verify_ms": [true.tolist(), (true + 3).tolist()], "draft_ms": 5.0,
+            "row_group": 6}
+    m = fit_cost_model(meas)
+    assert m.row_group == 6 and np.allclose(m.pass_ms, 6.0, rtol=1e-2) and check_cost_model(m) is None
+    assert_shapes(m.verify)  # the table is the convex part; the jumps come on top in verify_curve
+    assert np.allclose(m.verify_curve(128)[ns], true, rtol=1e-3)
+    assert m.verify_ms(6, 128) - m.verify_ms(5, 128) == pytest.approx(6.0 + 0.8 + 0.11, rel=1e-2)
+    assert np.all(np.diff(m.verify_curve(300)) >= 0) and m.verify_ms(64, 9000) >= m.verify_ms(64, 512)
+    # the same measurements without the pass term: a convex curve misses the jumps by several %
+    plain = fit_cost_model({**meas, "row_group": 1})
+    assert plain.row_group == 1 and np.all(plain.pass_ms == 0)
+    assert np.max(np.abs(plain.verify_curve(128)[ns] / true - 1)) > 0.03
+    # no jumps in the data: J = 0 and the fit is the data, as without the pass term
+    smooth = fit_cost_model({**meas, "verify_ms": [_staircase(ns, 0.0).tolist()] * 2})
+    assert np.allclose(smooth.pass_ms, 0.0, atol=0.05)  # solver tolerance: 0.2% of a pass
+    assert np.allclose(smooth.verify_curve(128)[ns[1:]], _staircase(ns, 0.0)[1:], rtol=1e-3)
+    with pytest.raises(CaddtreeError, match="row_group"):
+        fit_cost_model({**meas, "row_group": 0})
+
+
 def test_ctx_rules_and_queries(ref_model):
     m = ref_model
     assert m.verify_ms(5, 320) == pytest.approx(0.5 * (m.verify[0, 5] + m.verify[1, 5]))
@@ -120,6 +155,15 @@ def test_json_round_trip(ref_model, tmp_path):
         assert np.array_equal(getattr(m, a), getattr(ref_model, a))
     assert m.verify_ms(17, 9000) == ref_model.verify_ms(17, 9000)
     assert load_cost_model(p).max_nodes == 127  # no identity asked: not checked
+    ns = [0, 1, 5, 6, 11, 12, 32]
+    passes = fit_cost_model({"ns": ns, "ctxs": [64], "verify_ms": [_staircase(ns, 4.0).tolist()], "draft_ms": 1.0,
+                             "row_group": 6})
+    back = load_cost_model(save_cost_model(passes, tmp_path / "g.json"))
+    assert back.row_group == 6 and np.array_equal(back.pass_ms, passes.pass_ms)
+    assert np.array_equal(back.verify_curve(100), passes.verify_curve(100))
+    _edit(p, lambda d: [d["fit"].pop(k, None) for k in ("row_group", "pass_ms")])  # a profile from before passes
+    old = load_cost_model(p)
+    assert old.row_group == 1 and np.array_equal(old.verify_curve(700), ref_model.verify_curve(700))
 
 
 def _edit(path, fn):
@@ -132,7 +176,8 @@ def _edit(path, fn):
     ("missing", "no cost profile"), ("corrupt", "corrupt"), ("not_dict", "format"), ("version", "format"),
     ("target", "made for target"), ("drafter", "made for drafter"), ("concave", "not convex"),
     ("decreasing", "not convex non-decreasing"), ("ctx_order", "context length"), ("draft_down", "draft"),
-    ("nan", "non-finite"), ("no_fit", "corrupt"), ("shape", "shapes")])
+    ("nan", "non-finite"), ("no_fit", "corrupt"), ("shape", "shapes"), ("pass_negative", "pass cost is negative"),
+    ("row_group", "row_group below 1")])
 def test_bad_files_are_rejected(ref_model, tmp_path, case, match):
     p = save_cost_model(ref_model, tmp_path / "p.json")
     edits = {
@@ -148,6 +193,8 @@ def test_bad_files_are_rejected(ref_model, tmp_path, case, match):
         "nan": lambda: p.write_text(p.read_text().replace(str(ref_model.verify[0, 3]), "NaN", 1)),
         "no_fit": lambda: _edit(p, lambda d: d.pop("fit")),
         "shape": lambda: _edit(p, lambda d: d["fit"]["draft_ms"].pop()),
+        "pass_negative": lambda: _edit(p, lambda d: d["fit"].update(row_group=6, pass_ms=[-1.0] * 3)),
+        "row_group": lambda: _edit(p, lambda d: d["fit"].update(row_group=0)),
     }
     edits.get(case, lambda: None)()
     kw = {"target": dict(target_fingerprint="other"), "drafter": dict(drafter_id="dflash-9")}.get(case, {})
@@ -165,19 +212,24 @@ def test_default_path_and_plot(ref_model, tmp_path, monkeypatch):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_profile_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, capsys):
-    """profile -> fit -> save -> load through the real engine path, on a random 2-layer Llama (seconds)."""
+def _tiny_target():
+    """A random 2-layer Llama (vocab 101, 256-token window)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from caddtree import profile
-    from caddtree.drafter import PromptLookupDrafter
     from caddtree.target import Target
-
-    monkeypatch.setenv("CADDTREE_CACHE", str(tmp_path))
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=101, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, max_position_embeddings=256, attn_implementation="sdpa")
-    target = Target(LlamaForCausalLM(cfg).eval(), tokenizer=None, name="tiny", fingerprint="llama-tiny")
+    return Target(LlamaForCausalLM(cfg).eval(), tokenizer=None, name="tiny", fingerprint="llama-tiny")
+
+
+def test_profile_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, capsys):
+    """profile -> fit -> save -> load through the real engine path, on a random 2-layer Llama (seconds)."""
+    from caddtree import profile
+    from caddtree.drafter import PromptLookupDrafter
+
+    monkeypatch.setenv("CADDTREE_CACHE", str(tmp_path))
+    target = _tiny_target()
     drafter = PromptLookupDrafter(101, num_positions=4)
     monkeypatch.setitem(profile.PRESETS, "coarse", dict(ns=[1, 2, 8], ctxs=[16, 999], repeats=2, warmup=1))
     m = profile.ensure_cost_model(target, drafter, progress=False)
@@ -207,6 +259,27 @@ def test_profile_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, capsys):
     path.write_text("{")
     with pytest.raises(CaddtreeError, match="corrupt"):
         profile.ensure_cost_model(target, drafter, path=path)
+
+
+def test_profile_measures_both_sides_of_the_kernel_passes(tmp_path, monkeypatch, capsys):
+    """A kernel with passes of g rows: the grid gets n = jg - 1 and jg, the fit a pass term; a verify profile
+    measured for another kernel grouping is measured again."""
+    from caddtree import profile
+    from caddtree.drafter import PromptLookupDrafter
+
+    monkeypatch.setenv("CADDTREE_CACHE", str(tmp_path))
+    monkeypatch.setitem(profile.PRESETS, "coarse", dict(ns=[1, 2, 8], ctxs=[16], repeats=1, warmup=0))
+    target, drafter = _tiny_target(), PromptLookupDrafter(101, num_positions=4)
+    monkeypatch.setattr(profile, "verify_row_group", lambda t: 3)
+    m = profile.ensure_cost_model(target, drafter, progress=False)
+    assert m.measurements["ns"] == [0, 1, 2, 3, 5, 6, 8] and m.row_group == 3 and m.pass_ms.shape == (1,)
+    assert check_cost_model(m) is None
+    monkeypatch.setattr(profile, "verify_row_group", lambda t: 1)
+    capsys.readouterr()
+    m1 = profile.ensure_cost_model(target, drafter, progress=False)
+    err = capsys.readouterr().err
+    assert "verify cost measured" in err and "rebuilding on it" in err
+    assert m1.measurements["ns"] == [0, 1, 2, 8] and m1.row_group == 1
 
 
 def test_drafter_id_ignores_run_state():

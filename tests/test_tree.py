@@ -38,6 +38,15 @@ def test_build_tree_matches_brute_force(L, V, n, seed):
     assert len(set(pairs)) == len(pairs)
 
 
+def test_build_tree_stop_ends_the_build_at_that_node():
+    lp = torch.log_softmax(torch.randn(4, 10, generator=torch.Generator().manual_seed(2)), -1)
+    seen = []
+    tree = build_tree(lp, 30, stop=lambda w: seen.append(w) or len(seen) == 7)
+    full = build_tree(lp, 30)
+    assert len(tree) == 7 and torch.equal(tree.tokens, full.prefix(7).tokens)
+    assert torch.allclose(torch.tensor(seen, dtype=torch.float64), full.log_weights[:7])
+
+
 def test_build_tree_rejects_bad_budget():
     with pytest.raises(ValueError, match="budget"):
         build_tree(torch.zeros(2, 3), 0)
