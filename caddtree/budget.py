@@ -45,6 +45,11 @@ def _numpy(x) -> np.ndarray:
     return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
 
 
+def _base_ms(cost: CostModel, ctx: int, draft_ms: float | None) -> float:
+    """The part of a round's time that does not depend on the tree size: C_d (this round's, if given) + overhead."""
+    return (cost.draft_ms(ctx) if draft_ms is None else draft_ms) + cost.overhead_ms(ctx)
+
+
 def choose_tree_size(log_weights, cost: CostModel, ctx: int, n_min: int = 0, n_max: int | None = None,
                      draft_ms: float | None = None) -> BudgetChoice:
     """log_weights [N] best-first (non-increasing) log prefix weights -> the θ-maximising tree size.
@@ -56,7 +61,7 @@ def choose_tree_size(log_weights, cost: CostModel, ctx: int, n_min: int = 0, n_m
     cap = min(len(lw), cost.max_nodes, len(lw) if n_max is None else n_max)
     delta = np.exp(lw[:cap].astype(np.float64))
     cv = cost.verify_curve(ctx)[:cap + 1]                    # C_v(0..cap)
-    base = (cost.draft_ms(ctx) if draft_ms is None else draft_ms) + cost.overhead_ms(ctx)
+    base = _base_ms(cost, ctx, draft_ms)
     phi = np.concatenate(([0.0], np.cumsum(delta)))          # Φ_0..Φ_cap
     theta = (1.0 + phi) / (base + cv)                        # θ_0..θ_cap
     lo = min(max(n_min, 1), cap)                             # from n = 1 (or n_min): the first argmax ...
@@ -73,13 +78,12 @@ class TreeStop:
     After m nodes with Φ_m and last weight δ_m, every later node weighs at most δ_m (best-first order), so
     θ_n <= (1 + Φ_m + (n - m) δ_m) / (C_d + overhead + C_v(n)) for n > m; when that bound is nowhere above the best θ
     of n <= m (θ_0 included), no larger size can be chosen (ties go to the smaller size). Pass the same cost model,
-    ctx, draft_ms and n_max as `choose_tree_size` gets, on uncalibrated weights.
+    ctx and draft_ms as `choose_tree_size` gets (and no n_max there), on uncalibrated weights.
     """
 
-    def __init__(self, cost: CostModel, ctx: int, n_max: int | None = None, draft_ms: float | None = None):
-        cv = cost.verify_curve(ctx)
-        self.cap = min(cost.max_nodes, cost.max_nodes if n_max is None else n_max)
-        self.cost = (cost.draft_ms(ctx) if draft_ms is None else draft_ms) + cost.overhead_ms(ctx) + cv[:self.cap + 1]
+    def __init__(self, cost: CostModel, ctx: int, draft_ms: float | None = None):
+        self.cap = cost.max_nodes
+        self.cost = _base_ms(cost, ctx, draft_ms) + cost.verify_curve(ctx)  # [cap + 1] round ms per tree size
         self.sizes = np.arange(self.cap + 1)
         self.m, self.phi, self.best = 0, 0.0, 1.0 / self.cost[0]
 

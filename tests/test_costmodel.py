@@ -11,6 +11,7 @@ from caddtree import costmodel as cmod
 from caddtree.costmodel import (FORMAT, check_cost_model, default_cost_path, fit_cost_model,
                                 load_cost_model, plot_cost_model, save_cost_model)
 from caddtree.errors import CaddtreeError
+from conftest import make_tiny_target
 
 # the reference table (ms of a forward with n+1 tokens, i.e. n tree nodes + root): not convex at small n
 REF = {"ns": [0, 1, 3, 7, 15, 31, 63, 127], "ctxs": [128, 512, 2048],
@@ -212,24 +213,13 @@ def test_default_path_and_plot(ref_model, tmp_path, monkeypatch):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def _tiny_target():
-    """A random 2-layer Llama (vocab 101, 256-token window)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from caddtree.target import Target
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=101, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=256, attn_implementation="sdpa")
-    return Target(LlamaForCausalLM(cfg).eval(), tokenizer=None, name="tiny", fingerprint="llama-tiny")
-
-
 def test_profile_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, capsys):
     """profile -> fit -> save -> load through the real engine path, on a random 2-layer Llama (seconds)."""
     from caddtree import profile
     from caddtree.drafter import PromptLookupDrafter
 
     monkeypatch.setenv("CADDTREE_CACHE", str(tmp_path))
-    target = _tiny_target()
+    target = make_tiny_target(vocab=101, max_pos=256)
     drafter = PromptLookupDrafter(101, num_positions=4)
     monkeypatch.setitem(profile.PRESETS, "coarse", dict(ns=[1, 2, 8], ctxs=[16, 999], repeats=2, warmup=1))
     m = profile.ensure_cost_model(target, drafter, progress=False)
@@ -237,9 +227,9 @@ def test_profile_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, capsys):
     assert "verify cost measured (coarse preset" in err and "measuring C_d" in err
     assert m.measurements["ns"] == [0, 1, 2, 8] and m.max_nodes == 8
     assert m.measurements["ctxs"][-1] == 256 - 8 - 2 * 4 * 3 - 2  # clamped so every forward fits the context window
-    assert check_cost_model(m) is None and m.provenance["target_fingerprint"] == "llama-tiny"
+    assert check_cost_model(m) is None and m.provenance["target_fingerprint"] == target.fingerprint
     assert np.all(np.asarray(m.measurements["verify_ms"]) > 0) and np.all(np.asarray(m.measurements["draft_ms"]) > 0)
-    path = default_cost_path("llama-tiny", profile.drafter_id(drafter), profile.device_label(target))
+    path = default_cost_path(target.fingerprint, profile.drafter_id(drafter), profile.device_label(target))
     assert path.is_file() and path.with_suffix(".png").is_file() and target.hidden_layers == []
     assert profile.verify_profile_path(target).is_file()
     again = profile.ensure_cost_model(target, drafter)
@@ -269,7 +259,7 @@ def test_profile_measures_both_sides_of_the_kernel_passes(tmp_path, monkeypatch,
 
     monkeypatch.setenv("CADDTREE_CACHE", str(tmp_path))
     monkeypatch.setitem(profile.PRESETS, "coarse", dict(ns=[1, 2, 8], ctxs=[16], repeats=1, warmup=0))
-    target, drafter = _tiny_target(), PromptLookupDrafter(101, num_positions=4)
+    target, drafter = make_tiny_target(vocab=101, max_pos=256), PromptLookupDrafter(101, num_positions=4)
     monkeypatch.setattr(profile, "verify_row_group", lambda t: 3)
     m = profile.ensure_cost_model(target, drafter, progress=False)
     assert m.measurements["ns"] == [0, 1, 2, 3, 5, 6, 8] and m.row_group == 3 and m.pass_ms.shape == (1,)
