@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from caddtree import vocab
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -51,7 +53,7 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 def target_choices(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None):
     """logits [m, V] -> the target's token at each of the m positions [m] (argmax, or one draw per position)."""
     if params.greedy:
-        return logits.argmax(dim=-1)
+        return vocab.argmax(logits)  # = logits.argmax(-1), a few times faster on CPU
     probs = target_probs(logits, params)
     return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(logits.device)
 

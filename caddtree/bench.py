@@ -332,9 +332,17 @@ def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[
     methods = sorted(methods, key=lambda m: m != "ar")  # `ar` first: its tokens are the exact-match reference
     rounds = max((len(items) for items in prompts.values()), default=0)
     order = [(ds, items[i]) for i in range(rounds) for ds, items in prompts.items() if i < len(items)]
-    todo = [(ds, item) for j, (ds, item) in enumerate(order) if j % k_parts == i_part - 1
+    todo = [(j // k_parts, ds, item) for j, (ds, item) in enumerate(order) if j % k_parts == i_part - 1
             and any((ds, m, str(item["id"]), config) not in done for m in methods)]
-    total = sum(1 for ds, item in todo for m in methods if (ds, m, str(item["id"]), config) not in done)
+    total = sum(1 for _, ds, item in todo for m in methods if (ds, m, str(item["id"]), config) not in done)
+
+    def method_order(j: int) -> list[str]:
+        """`ar` first, then the other methods forward on this part's even prompts and backward on its odd ones, so no
+        method always runs right after the same other one (the machine's state drifts within a prompt's runs)."""
+        head = [m for m in methods if m == "ar"]
+        rest = [m for m in methods if m != "ar"]
+        return head + (rest if j % 2 == 0 else rest[::-1])
+
     # drafters, cost models (profiled on first use) and decoders are built once, before the timed runs
     drafters, costs = {}, {}
 
@@ -350,19 +358,19 @@ def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[
 
     decoders = {m: _decoder(m, target, drafter_cached, cost_cached) for m in methods if m not in PEERS} if todo else {}
     if todo:  # warm-up (untimed): first calls pay for allocation and kernel selection
-        ids = encode(todo[0][1]["prompt"])
+        ids = encode(todo[0][2]["prompt"])
         for m, (dec, _) in decoders.items():
             dec.generate(ids, 4, sampling, seed=seed)
     skipped, skip_recs = {}, []
     bar = tqdm(total=total, desc="bench", unit="run", file=sys.stderr, disable=not progress, dynamic_ncols=True)
     with open(path, "a") as f:
-        for ds, item in todo:
+        for j, ds, item in todo:
             pid = str(item["id"])
             if turns == 2 and len(item.get("turns") or []) > 1:
                 ids = _second_turn_ids(target, item, max_new_tokens)
             else:
                 ids = encode(item["prompt"])
-            for m in methods:
+            for m in method_order(j):
                 if (ds, m, pid, config) in done:
                     continue
                 bar.set_postfix_str(f"{ds} #{pid} {m}")

@@ -11,6 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
+from caddtree import vocab
+
+FIRST_K = 8  # tokens per position found up front: best-first trees rarely need more siblings
+
 
 @dataclass
 class Tree:
@@ -36,30 +40,36 @@ def build_tree(log_probs: torch.Tensor, budget: int, stop=None) -> Tree:
     """log_probs [L, V] per-position marginals -> the best-first tree of min(budget, reachable) nodes.
 
     stop(log_weight) -> bool, optional: called after each node with its log weight; True ends the build there (the
-    caller knows no larger tree is worth having, e.g. `budget.TreeStop`). A position's top-k is computed the first
-    time the tree reaches it: small trees never scan the deep positions' V logits.
+    caller knows no larger tree is worth having, e.g. `budget.TreeStop`). Each position's best FIRST_K tokens are
+    found up front (`vocab.top_k`, all positions in one call); a position needs more only when its siblings run
+    past them, which small trees never do.
     """
     if budget < 1:
         raise ValueError(f"tree budget must be >= 1, got {budget}")
     L, V = log_probs.shape
     k = min(budget, V)
-    lp = log_probs.detach().cpu()
-    rows: list = [None] * L  # position -> (top-k log-probs, tokens), sorted descending, computed on first reach
+    lp = log_probs.detach().cpu()[:budget]  # a tree of `budget` nodes is at most `budget` deep
+    v, i = vocab.top_k(lp, min(k, FIRST_K))
+    rows = list(zip(v.tolist(), i.tolist()))  # position -> (log-probs, tokens), sorted descending
 
-    def top(d: int):
-        if rows[d] is None:
-            v, i = torch.topk(lp[d], k)
-            rows[d] = (v.tolist(), i.tolist())
-        return rows[d]
+    def top(d: int, need: int):
+        """Position d's best `need` (at most k) tokens."""
+        vals, toks = rows[d]
+        if len(vals) < min(need, k):  # more siblings than found so far: search again, keep the order found
+            v, i = torch.topk(lp[d], min(k, max(need, 2 * len(vals))))
+            seen = set(toks)
+            more = [(a, b) for a, b in zip(v.tolist(), i.tolist()) if b not in seen][:len(v) - len(vals)]
+            rows[d] = vals, toks = vals + [a for a, _ in more], toks + [b for _, b in more]
+        return vals, toks
 
     tokens, parents, depths, weights = [], [], [], []
     # heap entry: (-log_weight, tie, parent_node, depth, rank, parent_log_weight)
-    heap = [(-top(0)[0][0], 0, -1, 1, 0, 0.0)] if L > 0 else []
+    heap = [(-rows[0][0][0], 0, -1, 1, 0, 0.0)] if L > 0 else []
     tie = 1
     while heap and len(tokens) < budget:
         neg_w, _, parent, depth, rank, parent_w = heapq.heappop(heap)
         node = len(tokens)
-        top_lp, top_tok = top(depth - 1)
+        top_lp, top_tok = top(depth - 1, rank + 2)  # this node's token, and the next sibling's
         tokens.append(top_tok[rank])
         parents.append(parent)
         depths.append(depth)
@@ -69,8 +79,8 @@ def build_tree(log_probs: torch.Tensor, budget: int, stop=None) -> Tree:
         if rank + 1 < k:  # next sibling: same parent, next-best token at this depth
             heapq.heappush(heap, (-(parent_w + top_lp[rank + 1]), tie, parent, depth, rank + 1, parent_w))
             tie += 1
-        if depth < L:  # first child: best token at the next depth
-            heapq.heappush(heap, (-(-neg_w + top(depth)[0][0]), tie, node, depth + 1, 0, -neg_w))
+        if depth < len(rows):  # first child: best token at the next depth
+            heapq.heappush(heap, (-(-neg_w + rows[depth][0][0]), tie, node, depth + 1, 0, -neg_w))
             tie += 1
     return Tree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long),
                 torch.tensor(depths, dtype=torch.long), torch.tensor(weights, dtype=torch.float64))

@@ -223,6 +223,19 @@ def test_split_run_parts_cover_every_prompt_once_round_robin(tmp_path, data_dir,
     assert f"| {every[0]['dataset']} | ar | 2 |" in text  # the cut prompt is left out
 
 
+def test_method_order_alternates_per_prompt_within_each_part(tmp_path, data_dir):
+    """`ar` first (the exact-match reference), the rest forward on a part's even prompts and backward on its odd
+    ones: records are appended in run order."""
+    target = make_tiny_target(vocab=64)
+    encode = lambda text: torch.tensor([2 + ord(c) % 60 for c in text[:24]])  # noqa: E731
+    prompts = {d: load_prompts(d, 2, data_dir=data_dir) for d in ("gsm8k", "math500")}  # part 2: math500 #0, #1
+    bench.run_bench(target, lambda kind: OracleDrafter(target, seed=1), None, prompts,
+                    ["ddtree:2", "ar", "ddtree:3", "ddtree:4"], tmp_path / "out", max_new_tokens=4,
+                    sampling=SamplingParams(), encode=encode, progress=False, part=(2, 2))
+    runs = [json.loads(x)["method"] for x in (tmp_path / "out/records.part2of2.jsonl").read_text().splitlines()]
+    assert runs == ["ar", "ddtree:2", "ddtree:3", "ddtree:4", "ar", "ddtree:4", "ddtree:3", "ddtree:2"]
+
+
 def test_llamacpp_peer_streams_until_eos_with_plain_sampling_settings(monkeypatch):
     """The llama.cpp peer (a fake `llama_cpp` here): tokens until EOS or max_new_tokens, decode time from the stream,
     and none of llama.cpp's own sampling defaults (min_p) left on."""

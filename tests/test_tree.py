@@ -90,3 +90,26 @@ def test_mask_and_positions_are_ancestor_only(L, V, n, seed):
 def test_empty_tree():
     t = Tree.empty()
     assert len(t) == 0 and ancestor_mask(t.parents).shape == (1, 1)
+
+
+def test_build_tree_on_a_large_vocabulary_matches_full_top_k(monkeypatch):
+    """Blocked top-k up front, more siblings on demand (budget 40 > FIRST_K): the same tree as taking every position's
+    full top-k with torch."""
+    import caddtree.tree as tree_mod
+    lp = torch.log_softmax(torch.randn(3, 5000, generator=torch.Generator().manual_seed(3)), -1)
+    lp[0] = torch.log_softmax(torch.zeros(5000), -1) + 0.1 * lp[0]  # flat first position: many siblings
+    fast = build_tree(lp, 40)
+    monkeypatch.setattr(tree_mod, "FIRST_K", 10**6)
+    monkeypatch.setattr(tree_mod.vocab, "top_k", lambda x, k: torch.topk(x, k, dim=-1))
+    ref = build_tree(lp, 40)
+    assert (fast.depths == 1).sum() > 8  # past the first 8 found up front
+    for a, b in ((fast.tokens, ref.tokens), (fast.parents, ref.parents), (fast.log_weights, ref.log_weights)):
+        assert torch.equal(a, b)
+
+
+def test_build_tree_siblings_stay_distinct_on_tied_rows():
+    """A flat row (e.g. prompt lookup without a vote) is all ties: extending a position's top-k must not repeat a
+    token already drafted there."""
+    tree = build_tree(torch.full((3, 49152), -10.8), 64)
+    first = tree.tokens[tree.depths == 1].tolist()
+    assert len(tree) == 64 and len(first) == len(set(first)) > 8
