@@ -12,7 +12,10 @@ Per context length ℓ (KV cache prefilled with random tokens):
   nothing: slightly pessimistic for plain steps.
 Every figure is the median over repeats after warm-up (minima kept too, for audit). All ctx caches are prefilled first
 and the whole (ℓ, n) grid is swept once per repeat, so load drifts of a shared machine hit every cell alike instead
-of bending the curves. C_v and the overhead belong to the target and the device: they are measured once into a
+of bending the curves. A burst of load that covers only some sweeps still bends them (seen once here: another
+process during a 20 s profile priced a 4-node verify 50% over a 5-node one, and CaDDTree chose plain steps in a
+fifth of its rounds), so while the medians price a smaller tree more than DISTURBED above a larger one at the same ℓ,
+more sweeps are taken, up to 3x the preset's repeats. C_v and the overhead belong to the target and the device: they are measured once into a
 shared verify profile and every drafter's cost model is built on it (only C_d is measured per drafter).
 """
 from __future__ import annotations
@@ -117,6 +120,17 @@ def _crop_to(cache, ctx: int) -> None:
         cache.crop(-extra)  # transformers 5: a negative count removes that many trailing tokens
 
 
+DISTURBED = 0.10  # a smaller tree's median verify this much above a larger one's at the same ℓ: not a quiet profile
+
+
+def inversion(verify_ms) -> float:
+    """[ctxs, ns] median verify times, ns increasing -> the largest relative excess of a smaller tree's time over a
+    larger tree's at the same ctx (0 when every row is non-decreasing in n)."""
+    v = np.asarray(verify_ms, dtype=np.float64)
+    later_min = np.minimum.accumulate(v[:, ::-1], axis=1)[:, ::-1]  # min over sizes >= n
+    return float(max(0.0, np.max(v[:, :-1] / later_min[:, 1:] - 1.0))) if v.shape[1] > 1 else 0.0
+
+
 @torch.inference_mode()
 def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress: bool = True, seed: int = 0,
                    depth: int = 8) -> dict:
@@ -136,7 +150,7 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
     ns = size_grid(ns, group)
     n_max = ns[-1]
     # room for the draft timing too: each of its calls adds NEW_TOKENS tokens, twice for a two-stage drafter
-    limit = target.max_context - n_max - 2 * NEW_TOKENS * (warmup + repeats) - 2
+    limit = target.max_context - n_max - 2 * NEW_TOKENS * (warmup + repeats) - 2  # C_d is timed with `repeats`
     ctxs = sorted({min(int(c), limit) for c in ctxs})
     if ctxs[0] < 1:
         raise CaddtreeError(f"context window {target.max_context} too small to profile {n_max} tree nodes")
@@ -149,8 +163,9 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
     full = build_tree(lp, n_max) if n_max else Tree.empty()
     trees = {n: full.prefix(n) for n in ns}
     mid = trees[ns[len(ns) // 2]]  # the tree whose acceptance + compaction is timed
-    times = np.zeros((warmup + repeats, len(ctxs), len(ns)))
-    over = np.zeros((warmup + repeats, len(ctxs)))
+    max_sweeps = warmup + 3 * repeats  # more sweeps only while the medians look disturbed (module docstring)
+    times = np.zeros((max_sweeps, len(ctxs), len(ns)))
+    over = np.zeros((max_sweeps, len(ctxs)))
     bar = tqdm(total=len(ctxs) * (warmup + repeats) * (len(ns) + 1), desc="profiling verify cost",
                disable=not progress, unit="run", file=sys.stderr)
     try:
@@ -161,7 +176,12 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
             _prefill(target, cache, ids[:-1])
             caches.append((cache, int(ids[-1])))
         # sweep the whole (ctx, n) grid once per repeat: load changes on a shared machine hit every cell alike
-        for r in range(warmup + repeats):
+        sweeps = 0
+        while sweeps < warmup + repeats or (sweeps < max_sweeps
+                                             and inversion(np.median(times[warmup:sweeps], 0)) > DISTURBED):
+            r, sweeps = sweeps, sweeps + 1
+            if r >= warmup + repeats:
+                bar.total += len(ctxs) * (len(ns) + 1)
             for ci, (ctx, (cache, root)) in enumerate(zip(ctxs, caches)):
                 for ni, n in enumerate(ns):
                     t0 = _now(device)
@@ -185,9 +205,16 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
     finally:
         target.hidden_layers = saved_layers
         bar.close()
+    times, over = times[:sweeps], over[:sweeps]
     ms = lambda a, f: (1000 * f(a[warmup:], axis=0)).round(3).tolist()  # noqa: E731
+    inv = inversion(np.median(times[warmup:], 0))
+    if inv > DISTURBED:
+        print(f"caddtree: warning: the verify profile stayed disturbed after {sweeps - warmup} sweeps (a smaller tree "
+              f"measured {100 * inv:.0f}% over a larger one): re-run `caddtree profile` when the machine is quieter",
+              file=sys.stderr)
     return {"ns": ns, "ctxs": ctxs, "verify_ms": ms(times, np.median), "overhead_ms": ms(over, np.median),
-            "verify_min_ms": ms(times, np.min), "repeats": repeats, "warmup": warmup, "row_group": group}
+            "verify_min_ms": ms(times, np.min), "repeats": repeats, "warmup": warmup, "row_group": group,
+            "sweeps": sweeps - warmup, "inversion": round(inv, 4)}
 
 
 @torch.inference_mode()

@@ -306,3 +306,25 @@ def test_two_stage_draft_cost_is_fitted_saved_and_loaded(tmp_path):
     bad = dict(meas, cheap_draft_ms=[0.3, float("nan")])
     with pytest.raises(CaddtreeError, match="finite"):
         fit_cost_model(bad)
+
+
+def test_inversion_measures_how_far_a_profile_is_from_monotone():
+    from caddtree.profile import inversion
+    assert inversion([[30.0, 31.0, 31.0, 40.0], [50.0, 52.0, 60.0, 61.0]]) == 0.0
+    assert inversion([[30.0, 45.0, 36.0, 40.0]]) == pytest.approx(45 / 36 - 1)  # a smaller tree over a larger one
+    assert inversion([[30.0]]) == 0.0
+
+
+@pytest.mark.parametrize("disturbed_checks, sweeps", [(2, 2 + 2), (100, 3 * 2)])
+def test_profile_takes_more_sweeps_while_the_medians_look_disturbed(monkeypatch, capsys, disturbed_checks, sweeps):
+    """Extra sweeps while a smaller tree's median is > 10% over a larger one's, at most 3x the repeats; a profile
+    still disturbed then says so in one line."""
+    from caddtree import profile
+    calls = []
+    real = profile.inversion
+    monkeypatch.setattr(profile, "inversion", lambda v: (calls.append(1), 1.0 if len(calls) <= disturbed_checks
+                                                                        else 0.0 * real(v))[1])
+    m = profile.profile_verify(make_tiny_target(vocab=101, max_pos=256), [1, 2], [16], repeats=2, warmup=1,
+                               progress=False)
+    assert m["sweeps"] == sweeps and m["repeats"] == 2
+    assert ("stayed disturbed" in capsys.readouterr().err) == (sweeps == 3 * 2)
