@@ -12,10 +12,10 @@ Per context length ℓ (KV cache prefilled with random tokens):
   nothing: slightly pessimistic for plain steps.
 Every figure is the median over repeats after warm-up (minima kept too, for audit). All ctx caches are prefilled first
 and the whole (ℓ, n) grid is swept once per repeat, so load drifts of a shared machine hit every cell alike instead
-of bending the curves. A burst of load that covers only some sweeps still bends them (seen once here: another
-process during a 20 s profile priced a 4-node verify 50% over a 5-node one, and CaDDTree chose plain steps in a
-fifth of its rounds), so while the medians price a smaller tree more than DISTURBED above a larger one at the same ℓ,
-more sweeps are taken, up to 3x the preset's repeats. C_v and the overhead belong to the target and the device: they are measured once into a
+of bending the curves. A burst of load that covers only some sweeps still bends them (seen once here: a 20 s profile
+priced a 4-node verify 18% over a 5-node one, and CaDDTree then chose plain steps in a sixth of its rounds), so while
+the medians price a smaller tree more than DISTURBED above a larger one at the same ℓ, more sweeps are taken, up to
+3x the preset's repeats. C_v and the overhead belong to the target and the device: they are measured once into a
 shared verify profile and every drafter's cost model is built on it (only C_d is measured per drafter).
 """
 from __future__ import annotations
@@ -150,7 +150,7 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
     ns = size_grid(ns, group)
     n_max = ns[-1]
     # room for the draft timing too: each of its calls adds NEW_TOKENS tokens, twice for a two-stage drafter
-    limit = target.max_context - n_max - 2 * NEW_TOKENS * (warmup + repeats) - 2  # C_d is timed with `repeats`
+    limit = target.max_context - n_max - 2 * NEW_TOKENS * (warmup + repeats) - 2
     ctxs = sorted({min(int(c), limit) for c in ctxs})
     if ctxs[0] < 1:
         raise CaddtreeError(f"context window {target.max_context} too small to profile {n_max} tree nodes")
