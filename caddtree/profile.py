@@ -207,12 +207,13 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
         bar.close()
     times, over = times[:sweeps], over[:sweeps]
     ms = lambda a, f: (1000 * f(a[warmup:], axis=0)).round(3).tolist()  # noqa: E731
-    inv = inversion(np.median(times[warmup:], 0))
+    verify_ms = ms(times, np.median)
+    inv = inversion(verify_ms)
     if inv > DISTURBED:
         print(f"caddtree: warning: the verify profile stayed disturbed after {sweeps - warmup} sweeps (a smaller tree "
               f"measured {100 * inv:.0f}% over a larger one): re-run `caddtree profile` when the machine is quieter",
               file=sys.stderr)
-    return {"ns": ns, "ctxs": ctxs, "verify_ms": ms(times, np.median), "overhead_ms": ms(over, np.median),
+    return {"ns": ns, "ctxs": ctxs, "verify_ms": verify_ms, "overhead_ms": ms(over, np.median),
             "verify_min_ms": ms(times, np.min), "repeats": repeats, "warmup": warmup, "row_group": group,
             "sweeps": sweeps - warmup, "inversion": round(inv, 4)}
 

@@ -56,9 +56,9 @@ def build_tree(log_probs: torch.Tensor, budget: int, stop=None) -> Tree:
         """Position d's best `need` (at most k) tokens."""
         vals, toks = rows[d]
         if len(vals) < min(need, k):  # more siblings than found so far: search again, keep the order found
-            v, i = torch.topk(lp[d], min(k, max(need, 2 * len(vals))))
+            v, i = vocab.top_k(lp[d:d + 1], min(k, max(need, 2 * len(vals))))
             seen = set(toks)
-            more = [(a, b) for a, b in zip(v.tolist(), i.tolist()) if b not in seen][:len(v) - len(vals)]
+            more = [(a, b) for a, b in zip(v[0].tolist(), i[0].tolist()) if b not in seen][:v.shape[1] - len(vals)]
             rows[d] = vals, toks = vals + [a for a, _ in more], toks + [b for _, b in more]
         return vals, toks
 
