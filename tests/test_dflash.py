@@ -230,3 +230,54 @@ def test_calibrated_marginals_equal_shrinking_the_full_distribution(K):
     lp = d.propose(toks[:9], feats[:8])
     _, top, _ = d.calibration._pending
     assert top == lp.argmax(-1).tolist()  # target ids, also with a reduced vocabulary
+
+
+def test_grouped_attention_equals_per_head_attention():
+    """Layer.forward runs the r query heads of a KV group as one matmul; it must equal plain per-head attention with
+    each KV head repeated for its r query heads (the textbook GQA), context mask and in-block part included."""
+    import torch.nn.functional as F
+
+    from caddtree.dflash import rope
+    tg = tiny_target()
+    m = tiny_drafter(tg)
+    c, layer = m.c, m.layers[0]
+    h, g, d = c.num_heads, c.num_kv_heads, c.head_dim
+    assert h > g > 1  # the case under test
+    torch.manual_seed(3)
+    A, B, C = 3, c.block_size, 11
+    x, ctx = torch.randn(A, B, c.hidden_size), torch.randn(C, c.hidden_size)
+    pos = torch.tensor([4, 7, 11])[:, None] + torch.arange(B)[None]  # [A, B]
+    mask = torch.zeros(A, C).masked_fill_(torch.arange(C)[None] >= pos[:, :1], -1e9)  # context before each anchor
+    k_ctx, v_ctx = layer.context_kv(ctx, torch.arange(C))
+    with torch.no_grad():
+        out = layer(x, pos, k_ctx, v_ctx, mask)
+        xn = layer.input_layernorm(x)
+        r = h // g
+        q = rope(layer.q_proj(xn).view(A * B, h, d).transpose(0, 1), pos.reshape(-1), c.rope_theta).view(h, A, B, d)
+        kb = rope(layer.k_proj(xn).view(A * B, g, d).transpose(0, 1), pos.reshape(-1), c.rope_theta).view(g, A, B, d)
+        vb = layer.v_proj(xn).view(A * B, g, d).transpose(0, 1).view(g, A, B, d)
+        ref = torch.empty(h, A, B, d)
+        for i in range(h):
+            for a in range(A):
+                keys = torch.cat([k_ctx[i // r], kb[i // r, a]])  # [C + B, d]
+                vals = torch.cat([v_ctx[i // r], vb[i // r, a]])
+                s = q[i, a] @ keys.T * d ** -0.5 + torch.cat([mask[a], torch.zeros(B)])[None]
+                ref[i, a] = torch.softmax(s, -1) @ vals
+        y = x + layer.o_proj(ref.permute(1, 2, 0, 3).reshape(A, B, h * d))
+        yn = layer.post_attention_layernorm(y)
+        y = y + layer.down_proj(F.silu(layer.gate_proj(yn)) * layer.up_proj(yn))
+    assert torch.allclose(out, y, atol=1e-5)
+
+
+def test_rope_table_equals_direct_angles():
+    """The cached cos/sin table gives exactly the rotation computed from the angles of the given positions, also
+    past the table's first size (it grows)."""
+    from caddtree.dflash import rope
+    d, theta = 16, 1e4
+    x = torch.randn(2, 5, d)
+    for pos in (torch.tensor([0, 1, 2, 3, 4]), torch.tensor([4090, 4095, 4096, 9000, 17])):
+        inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+        ang = pos.float()[:, None] * inv[None]
+        cos, sin = torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
+        want = x * cos + torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1) * sin
+        assert torch.equal(rope(x, pos, theta), want)
