@@ -226,7 +226,8 @@ def test_profile_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "verify cost measured (coarse preset" in err and "measuring C_d" in err
     assert m.measurements["ns"] == [0, 1, 2, 8] and m.max_nodes == 8
-    assert m.measurements["ctxs"][-1] == 256 - 8 - 2 * 4 * 3 - 2  # clamped so every forward fits the context window
+    # clamped so every forward fits the context window, the draft timing's (two stages per call at most) included
+    assert m.measurements["ctxs"][-1] == 256 - 8 - 2 * profile.NEW_TOKENS * (1 + profile.DRAFT_REPEATS) - 2
     assert check_cost_model(m) is None and m.provenance["target_fingerprint"] == target.fingerprint
     assert np.all(np.asarray(m.measurements["verify_ms"]) > 0) and np.all(np.asarray(m.measurements["draft_ms"]) > 0)
     path = default_cost_path(target.fingerprint, profile.drafter_id(drafter), profile.device_label(target))
@@ -328,3 +329,25 @@ def test_profile_takes_more_sweeps_while_the_medians_look_disturbed(monkeypatch,
                                progress=False)
     assert m["sweeps"] == sweeps and m["repeats"] == 2
     assert ("stayed disturbed" in capsys.readouterr().err) == (sweeps == 3 * 2)
+
+
+def test_draft_timing_repeats_and_follows_a_target_step(monkeypatch):
+    """C_d is the median of at least DRAFT_REPEATS timed calls, each right after a one-token target step (the cache
+    state decoding drafts in), and the step leaves the profile's cache as it was."""
+    from caddtree import profile
+    from caddtree.drafter import PromptLookupDrafter
+
+    target = make_tiny_target(vocab=101, max_pos=256)
+    calls, lengths = [], []
+    forward = target.forward
+
+    def counting_forward(ids, cache, *a, **k):
+        calls.append(int(ids.shape[0]))
+        lengths.append(cache.get_seq_length())
+        return forward(ids, cache, *a, **k)
+
+    monkeypatch.setattr(target, "forward", counting_forward)
+    meas = profile.profile_draft(target, PromptLookupDrafter(101, num_positions=4), [20], repeats=2, warmup=1)
+    assert len(meas["draft_ms"]) == 1 and meas["draft_ms"][0] > 0
+    assert calls == [20] + [1] * (1 + profile.DRAFT_REPEATS)  # prefill, then one step before each call
+    assert lengths == [0] + [20] * (1 + profile.DRAFT_REPEATS)  # each step cropped off again
