@@ -181,31 +181,3 @@ class DraftGate:
         g = theta2 - theta1
         self.gain[band] = g if self.seen[band] == 0 else self.memory * self.gain[band] + (1 - self.memory) * g
         self.seen[band] += 1
-
-
-class CostScale:
-    """measured / profiled ratio of a cost (C_d of a drafter stage), learned while decoding: the profile's C_d
-    times `ratio` is what the policy prices a draft at.
-
-    Why: a profile is taken once, in whatever state the machine was in; the draft costs what it costs now. The
-    shipped drafter's C_d was profiled at 5.8-7.3 ms in one profile and 8.1-10.7 ms in another, while the same runs
-    measured 8.0 and 7.3 ms per draft in decoding; a mispriced C_d moves the tree size and, through the draft gate,
-    how often the costly stage runs. The ratio is the exponential moving average (`memory` per observation) of log
-    (measured / profiled), each clipped to ±log(`clip`) so one preempted call cannot swing it, starting from
-    `prior_rounds` pseudo-observations of ratio 1 that fade like real ones. Only the tree's shape depends on it.
-    """
-
-    def __init__(self, memory: float = 0.95, prior_rounds: float = 4.0, clip: float = 3.0):
-        self.memory, self.clip = memory, clip
-        self.log_sum, self.weight = 0.0, prior_rounds
-
-    @property
-    def ratio(self) -> float:
-        return float(np.exp(self.log_sum / self.weight))
-
-    def observe(self, measured_ms: float, profiled_ms: float) -> None:
-        if measured_ms <= 0 or profiled_ms <= 0:
-            return
-        x = float(np.clip(np.log(measured_ms / profiled_ms), -np.log(self.clip), np.log(self.clip)))
-        self.log_sum = self.memory * self.log_sum + x
-        self.weight = self.memory * self.weight + 1.0

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from caddtree.accept import SamplingParams, accept_walk, accepted_along, target_choices
-from caddtree.budget import CostScale, DraftGate, PhiCalibration, TreeStop, choose_tree_size
+from caddtree.budget import DraftGate, PhiCalibration, TreeStop, choose_tree_size
 from caddtree.drafter import Drafter
 from caddtree.errors import CaddtreeError
 from caddtree.target import Target, compact_cache
@@ -130,7 +130,7 @@ class Decoder:
     """
 
     def __init__(self, target: Target, drafter: Drafter | None = None, method: str = "ar", budget: int = 32,
-                 cost_model=None, gate: bool | str = True, calibrate_phi: bool = False, measured_draft: bool = True):
+                 cost_model=None, gate: bool | str = True, calibrate_phi: bool = False):
         if method not in METHODS:
             raise CaddtreeError(f"unknown method '{method}': choose one of {', '.join(METHODS)}")
         if method != "ar" and drafter is None:
@@ -156,10 +156,6 @@ class Decoder:
         # draft stage (off by default: no measured speed difference, results/phi-calibration/)
         self.phi_cal = ({"cheap": PhiCalibration(), "full": PhiCalibration()}
                         if method == "caddtree" and calibrate_phi else None)
-        # measured_draft: CaDDTree prices a draft at the profile's C_d times the ratio measured so far in decoding,
-        # per stage (budget.CostScale); kept across generations: it describes the machine, not a prompt
-        self.draft_scale = ({"cheap": CostScale(), "full": CostScale()}
-                            if method == "caddtree" and measured_draft else None)
 
     def _check(self, prompt_len: int, max_new_tokens: int) -> None:
         if max_new_tokens <= 0:
@@ -186,18 +182,6 @@ class Decoder:
         choice = choose_tree_size(lw, self.cost_model, ctx, draft_ms=draft_ms)
         return tree.prefix(choice.n), choice
 
-    def _draft_price(self, stage: str, ctx: int, measured_ms: float) -> float | None:
-        """C_d of this round for the policy ("cheap": the first stage alone, "full": both): the profile's, or with
-        `draft_scale` the profile's times the measured ratio (this round's draft included). None: the cost
-        model's own C_d."""
-        if self.method != "caddtree":
-            return None
-        profiled = self.cost_model.draft_ms(ctx) if stage == "full" else self.cost_model.cheap_draft_ms(ctx)
-        if self.draft_scale is None:
-            return None if stage == "full" else profiled
-        self.draft_scale[stage].observe(measured_ms, profiled)
-        return profiled * self.draft_scale[stage].ratio
-
     def _draft_tree(self, tokens: torch.Tensor, feats, ctx: int, room: int, stats: RoundStats):
         """-> (tree to verify, GateProbe if the gate ran the costly stage and learns from realised gains, else None)"""
         device = self.target.device
@@ -212,12 +196,12 @@ class Decoder:
         if self.gate is None:
             log_probs = self.drafter.propose(tokens, feats)  # [L, V]
             stats.draft_ms = lap()
-            tree, choice = self._choose(log_probs, ctx, room, self._draft_price("full", ctx, stats.draft_ms))
+            tree, choice = self._choose(log_probs, ctx, room)
             stats.build_ms = lap()
         else:  # two-stage drafter: the first stage's tree, and the second stage only where the gate expects a gain
             log_probs = self.drafter.propose_cheap(tokens)
             stats.draft_ms = lap()
-            tree, choice = self._choose(log_probs, ctx, room, self._draft_price("cheap", ctx, stats.draft_ms),
+            tree, choice = self._choose(log_probs, ctx, room, draft_ms=self.cost_model.cheap_draft_ms(ctx),
                                         stage="cheap")
             theta1 = choice.tokens_per_s
             band = self.gate.band(theta1, 1000.0 / choice.plain_ms)
@@ -227,7 +211,7 @@ class Decoder:
                 cheap, cheap_ms = tree, choice.predicted_ms
                 log_probs = self.drafter.propose_rest(tokens, feats)
                 stats.draft_ms += lap()
-                tree, choice = self._choose(log_probs, ctx, room, self._draft_price("full", ctx, stats.draft_ms))
+                tree, choice = self._choose(log_probs, ctx, room)
                 if self.gate_mode == "predicted":
                     self.gate.observe(band, theta1, choice.tokens_per_s)
                 else:

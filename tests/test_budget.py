@@ -209,21 +209,3 @@ def test_phi_calibration_learns_acceptance_rates_and_keeps_the_order():
     assert np.isclose(out[6], 0.01)  # a bin never seen keeps its prior
     cost = CostModel([128], [[30.0] + [30.0 + 2.0 * n for n in range(1, 9)]], [0.0] * 9, [5.0], [0.0])
     assert choose_tree_size(cal.apply(lw), cost, 128).n < choose_tree_size(lw, cost, 128).n
-
-
-def test_cost_scale_learns_the_measured_ratio_and_shrugs_off_one_outlier():
-    from caddtree.budget import CostScale
-    s = CostScale(memory=0.9, prior_rounds=4.0, clip=3.0)
-    assert s.ratio == 1.0  # the profile, until something is measured
-    s.observe(0.0, 5.0), s.observe(5.0, 0.0)  # nothing measured / nothing profiled: ignored
-    assert s.ratio == 1.0
-    s.observe(10.0, 5.0)
-    assert 1.0 < s.ratio < 2.0  # one observation against the prior's 4
-    for _ in range(100):
-        s.observe(10.0, 5.0)
-    assert s.ratio == pytest.approx(2.0, rel=1e-3)
-    s.observe(500.0, 5.0)  # a preempted call, clipped to 3x: exp((9 ln 2 + ln 3) / 10) = 2.08 (unclipped: 3.2)
-    assert 2.0 < s.ratio < 2.1
-    for _ in range(200):
-        s.observe(0.001, 5.0)  # whatever is measured, the price stays within clip of the profile
-    assert s.ratio == pytest.approx(1 / 3, rel=1e-3)

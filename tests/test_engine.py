@@ -252,7 +252,7 @@ def test_gated_two_stage_caddtree_is_exact_and_skips_where_stage_two_does_not_pa
     cost = CostModel([1], cv[None], np.zeros(17), [stage2_ms], [0.0], cheap_draft=[0.1])
     mix = LookupMixtureDrafter(FeatureLog(target.vocab_size, num_positions=4, seed=seed),
                                PromptLookupDrafter(target.vocab_size, num_positions=4))
-    dec = Decoder(target, mix, method="caddtree", cost_model=cost, measured_draft=False)  # the costs given
+    dec = Decoder(target, mix, method="caddtree", cost_model=cost)
     assert dec.gate is not None and Decoder(target, mix, "caddtree", cost_model=cost, gate=False).gate is None
     ran = []
     for _ in range(2):  # the gate keeps what it learned across generations
@@ -281,7 +281,7 @@ def test_realised_gate_skips_an_overconfident_stage_two_that_the_predicted_gate_
     for mode in ("realised", "predicted"):
         mix = LookupMixtureDrafter(RandomDrafter(target.vocab_size, num_positions=4, seed=seed, sharpness=30.0),
                                    PromptLookupDrafter(target.vocab_size, num_positions=4))
-        dec = Decoder(target, mix, method="caddtree", cost_model=cost, gate=mode, measured_draft=False)
+        dec = Decoder(target, mix, method="caddtree", cost_model=cost, gate=mode)
         ran = []
         for _ in range(2):
             out = dec.generate(p, 60)
@@ -377,46 +377,3 @@ def test_phi_calibration_brings_predicted_phi_to_the_realised_acceptance(seed):
         size[cal] = np.mean([r.tree_size for r in late])
     assert gap[False] > 1.0 and abs(gap[True]) < 0.5 * gap[False], gap
     assert size[True] < size[False], size
-
-
-class SlowDrafter(RandomDrafter):
-    """Random marginals that take `ms` to compute."""
-
-    def __init__(self, *a, ms: float = 20.0, **kw):
-        super().__init__(*a, **kw)
-        self.ms = ms
-
-    def propose(self, tokens, features):
-        import time
-        time.sleep(self.ms / 1000)
-        return super().propose(tokens, features)
-
-
-def test_drafts_are_priced_at_their_measured_cost():
-    """The profile says stage 2 costs 10 ms, it takes ~20: with measured drafts (the default) CaDDTree learns the
-    ratio ~2 and prices stage-2 rounds at ~20 ms; with measured_draft=False it keeps the profile's 10. Exact either
-    way."""
-    import numpy as np
-
-    from caddtree.costmodel import CostModel
-    target = make_tiny_target(0)
-    p = prompt(0, 16)
-    expect = reference_greedy(target, p, 40)
-    cv = np.r_[10.0, 10.0 + 0.5 * np.arange(1, 17)]
-    cost = CostModel([1], cv[None], np.zeros(17), [10.0], [0.0], cheap_draft=[0.1])
-    priced = {}
-    for measured in (True, False):
-        mix = LookupMixtureDrafter(SlowDrafter(target.vocab_size, num_positions=4, ms=20.0),
-                                   PromptLookupDrafter(target.vocab_size, num_positions=4))
-        dec = Decoder(target, mix, method="caddtree", cost_model=cost, measured_draft=measured)
-        out = dec.generate(p, 40)
-        assert out.tokens == expect
-        full = [r for r in out.rounds if r.second_stage]
-        assert len(full) >= 3 and all(r.draft_ms >= 20.0 for r in full)
-        priced[measured] = [r.predicted_ms - cv[r.tree_size] for r in full]  # C_d + overhead (0) the policy used
-        if measured:
-            assert dec.draft_scale["full"].ratio == pytest.approx(2.0, rel=0.25)
-        else:
-            assert dec.draft_scale is None
-    assert priced[False] == pytest.approx([10.0] * len(priced[False]))
-    assert priced[True][-1] == pytest.approx(20.0, rel=0.25) and priced[True][0] < priced[True][-1]
