@@ -311,14 +311,19 @@ def _second_turn_ids(target, item: dict, max_new_tokens: int):
 
 def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[str], out_dir, max_new_tokens: int,
               sampling, seed: int = 0, turns: int = 1, encode=None, progress: bool = True,
-              part: tuple[int, int] = (1, 1)) -> list[dict]:
+              part: tuple[int, int] = (1, 1), repeats: int = 1) -> list[dict]:
     """Run every (dataset, prompt, method) not yet recorded in out_dir; returns all records of this config.
 
     target: a loaded Target; drafter_for('auto' (= --drafter) or a --drafter spec) -> Drafter;
     cost_model_for(drafter) -> CostModel; prompts: {dataset: [{id, prompt[, turns]}]}; encode(text) -> prompt ids
     (default target.chat_ids);
     part (I, K): this process takes prompts I-1, I-1+K, ... of the round-robin order.
+    repeats R: each prompt's methods run R times, the order reversed each time, and a method's record is its fastest
+    run (`ms_per_token_runs` lists all; `match_ar` holds only if every run matched). On a shared machine a burst of
+    load can slow one run of a prompt by 30%; the fastest of R runs of every method is the steadier comparison.
     """
+    if repeats < 1:
+        raise CaddtreeError(f"--repeats must be >= 1, got {repeats}")
     from tqdm import tqdm
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -334,7 +339,7 @@ def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[
     order = [(ds, items[i]) for i in range(rounds) for ds, items in prompts.items() if i < len(items)]
     todo = [(j // k_parts, ds, item) for j, (ds, item) in enumerate(order) if j % k_parts == i_part - 1
             and any((ds, m, str(item["id"]), config) not in done for m in methods)]
-    total = sum(1 for _, ds, item in todo for m in methods if (ds, m, str(item["id"]), config) not in done)
+    total = repeats * sum(1 for _, ds, item in todo for m in methods if (ds, m, str(item["id"]), config) not in done)
 
     def method_order(j: int) -> list[str]:
         """`ar` first, then the other methods forward on this part's even prompts and backward on its odd ones, so no
@@ -370,10 +375,11 @@ def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[
                 ids = _second_turn_ids(target, item, max_new_tokens)
             else:
                 ids = encode(item["prompt"])
-            for m in method_order(j):
-                if (ds, m, pid, config) in done:
+            best, final = {}, set()  # method -> its fastest run so far; methods skipped or failed on this prompt
+            for r, m in ((r, m) for r in range(repeats) for m in method_order(j + r)):
+                if (ds, m, pid, config) in done or m in final:
                     continue
-                bar.set_postfix_str(f"{ds} #{pid} {m}")
+                bar.set_postfix_str(f"{ds} #{pid} {m}" + (f" ({r + 1}/{repeats})" if repeats > 1 else ""))
                 rec = {"dataset": ds, "method": m, "prompt_id": pid, "config": config, "prompt_len": len(ids),
                        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
                 if m in skipped:
@@ -391,7 +397,7 @@ def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[
                         if m not in PEERS:
                             raise
                         rec["error"] = f"{type(e).__name__}: {e}"
-                if m == "ar" and "tokens" in rec:
+                if m == "ar" and "tokens" in rec and (ds, pid) not in refs:
                     refs[(ds, pid)] = rec["tokens"]
                 if "tokens" in rec:
                     ref = refs.get((ds, pid))
@@ -399,13 +405,30 @@ def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[
                     if rec["match_ar"] is False:
                         n = min(len(ref), len(rec["tokens"]))
                         rec["first_mismatch"] = next((i for i in range(n) if ref[i] != rec["tokens"][i]), n)
-                bar.update()
+                bar.update(1 if "ms_per_token" in rec else repeats - r)  # a failed method is not run again
                 if "skipped" in rec:  # not written: a rerun with the peer installed fills it in
                     skip_recs.append(rec)
+                    final.add(m)
                     continue
-                f.write(json.dumps(rec) + "\n")
-                f.flush()
-                done.add((ds, m, pid, config))
+                if "ms_per_token" not in rec:  # an error: recorded once (or the runs before it, if any)
+                    final.add(m)
+                    rec = best.get(m, rec)
+                elif m in best:  # a repeat: keep the fastest run, every run's time, and whether all matched
+                    old, run = best[m], rec
+                    rec = {**(run if run["ms_per_token"] < old["ms_per_token"] else old),
+                           "ms_per_token_runs": old["ms_per_token_runs"] + [run["ms_per_token"]],
+                           "match_ar": None if old.get("match_ar") is None else old["match_ar"] and run["match_ar"]}
+                    rec.pop("first_mismatch", None)
+                    mismatch = [x["first_mismatch"] for x in (old, run) if "first_mismatch" in x]
+                    if mismatch:
+                        rec["first_mismatch"] = min(mismatch)
+                elif repeats > 1:
+                    rec["ms_per_token_runs"] = [rec["ms_per_token"]]
+                best[m] = rec
+                if r == repeats - 1 or m in final:  # the record is complete: write it now
+                    f.write(json.dumps(rec) + "\n")
+                    f.flush()
+                    done.add((ds, m, pid, config))
     bar.close()
     return [r for r in load_records(out_dir) if r.get("config") == config] + skip_recs  # every part
 
@@ -689,6 +712,9 @@ def add_bench_parser(sub) -> None:
     b.add_argument("--part", default="1/1", metavar="I/K",
                    help="run only every K-th prompt from the I-th (K processes, e.g. one per core with --threads 1; "
                         "then the same command with --report instead of --part for the combined summary)")
+    b.add_argument("--repeats", type=int, default=1, metavar="R",
+                   help="run each prompt's methods R times (order reversed each time) and keep each method's fastest "
+                        "run: steadier comparisons on a shared machine, R times the run time")
     b.add_argument("--report", action="store_true",
                    help="run nothing: write the summary and plots from the records already in --out")
     b.add_argument("--perturb", action="store_true",
@@ -726,6 +752,8 @@ def cmd_bench(args) -> None:
     names = [d.strip() for d in args.datasets.split(",") if d.strip()]
     if args.first_prompt < 0:
         raise CaddtreeError(f"--first-prompt must be >= 0, got {args.first_prompt}")
+    if args.repeats < 1:
+        raise CaddtreeError(f"--repeats must be >= 1, got {args.repeats}")
     first = args.first_prompt
     # fail fast, before loading models
     prompts = {d: load_prompts(d, first + num, data_dir=args.data_dir)[first:] for d in names}
@@ -755,13 +783,15 @@ def cmd_bench(args) -> None:
     else:
         records = run_bench(target, lambda kind: load_drafter_spec(args.drafter if kind == "auto" else kind, target),
                             cost_model_for, prompts, methods, out, max_new, sampling, seed=args.seed,
-                            turns=args.turns, part=part)
+                            turns=args.turns, part=part, repeats=args.repeats)
     records = [r for r in records if r["dataset"] in names and r["method"] in methods]
     drafters = sorted({r["drafter"] for r in records if r.get("drafter")})
+    repeats = max((len(r.get("ms_per_token_runs", [0])) for r in records), default=1)  # --report: from the records
     header = (f"# caddtree bench\n\ntarget `{target.name}`, drafter(s) {', '.join(drafters) or '–'}, "
               f"{num} prompts per dataset{f' from prompt {first}' if first else ''}, {max_new} new tokens, "
               f"temperature {args.temperature}, "
-              f"{torch.get_num_threads()} torch threads. ms/token = decode time per output token, prefill excluded "
+              f"{torch.get_num_threads()} torch threads. ms/token = decode time per output token, prefill excluded"
+              f"{f', the fastest of {repeats} runs per prompt and method' if repeats > 1 else ''} "
               f"(HF peers: t(N tokens) - t(1 token) over N - 1; llama.cpp: its token stream, token 1 to N); "
               f"speed-up = median ms/token of `ar` / the method's.\n")
     summary = summarize(records)
@@ -777,7 +807,7 @@ def cmd_bench(args) -> None:
     end = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     run = {"argv": sys.argv, "start": start, "end": end, "machine": machine_info(), "target": target.name,
            "drafters": drafters, "methods": methods, "datasets": names, "num_prompts": num, "first_prompt": first,
-           "max_new_tokens": max_new,
+           "max_new_tokens": max_new, "repeats": args.repeats,
            "temperature": args.temperature, "seed": args.seed, "turns": args.turns,
            "cost_model": next((cm.provenance for cm in cms.values()), None)}
     prev = json.loads((out / "run.json").read_text()).get("runs", []) if (out / "run.json").is_file() else []

@@ -46,8 +46,8 @@ PRESETS = {
                  ctxs=[128, 512, 1024, 2048, 4096, 8192], repeats=5, warmup=2),
 }
 NEW_TOKENS = 4  # tokens fed to the drafter per steady-state round (a typical accepted length)
-# C_d is timed this many times per context at least (a draft call costs milliseconds: a median of 3 was a coin toss
-# under load, e.g. 9.0 ms for a drafter that costs ~7 in decoding)
+# C_d is timed this many times per context at least: a draft call costs milliseconds, and medians of 3 calls put the
+# shipped drafter anywhere from 5.8 to 9.8 ms at ℓ = 128 in profiles of the same machine
 DRAFT_REPEATS = 15
 
 
@@ -255,8 +255,11 @@ def _draft_ms(target, drafter, ids, feats, warmup, repeats, g, cache) -> tuple[f
     drafter (`propose_cheap`) times its first stage in the same loop, else the second figure is 0.
 
     Each call follows a one-token target step on `cache` (untimed, then cropped off), as every draft follows a
-    verify in decoding: the target's weight stream leaves the drafter's weights out of the CPU caches. Drafting back
-    to back from warm caches priced the shipped drafter lower (6.1 against 7.7 ms at ℓ = 128 in one profile here).
+    verify in decoding: the target's weight stream leaves the drafter's weights out of the CPU caches (back to back
+    from warm caches: 6.1-7.6 against 7.7-7.9 ms at ℓ = 128 in two profiles here). Random tokens still make this
+    C_d a little high (8.1 ms at ℓ = 128 where drafts took 7.7 in decoding, results/bench-t0-256-n20: prompt lookup
+    finds no match and scans the whole context); a CaDDTree pricing drafts at their measured cost was no faster
+    (results/measured-cd).
 
     Timed on a copy: drafters may learn from what they see (prompt lookup calibrates its confidence against the
     committed tokens), and random profiling tokens must not teach the drafter used for generation."""

@@ -185,6 +185,9 @@ def test_cli_registers_bench():
     args = build_parser().parse_args(["bench", "--out", "x", "--first-prompt", "-1"])
     with pytest.raises(CaddtreeError, match="--first-prompt must be >= 0"):
         bench.cmd_bench(args)
+    args = build_parser().parse_args(["bench", "--out", "x", "--repeats", "0"])
+    with pytest.raises(CaddtreeError, match="--repeats must be >= 1"):
+        bench.cmd_bench(args)
 
 
 def test_split_run_parts_cover_every_prompt_once_round_robin(tmp_path, data_dir, monkeypatch):
@@ -279,3 +282,36 @@ def test_peer_process_answers_and_reports_a_crash_in_one_line():
     assert peer([7, 8]) == 8  # still serving after an error
     with pytest.raises(bench.PeerCrashed, match=r"toy crashed \(signal SIGSEGV\)"):
         bench.PeerProcess(faulthandler._sigsegv, name="toy")
+
+
+def test_repeats_keep_each_methods_fastest_run_and_reverse_the_order(tmp_path, data_dir, monkeypatch):
+    """--repeats 2: each prompt's methods run twice, the second time in reverse (after `ar`); a record holds the
+    fastest run, every run's ms/token, and match_ar only if every run matched plain decoding."""
+    target = make_tiny_target(vocab=64)
+    prompts = {"gsm8k": load_prompts("gsm8k", 2, data_dir=data_dir)}
+    ms = iter([40, 20, 30, 41, 25, 22,    # prompt 0: ar, ddtree:4, ddtree:8 | ar, ddtree:8, ddtree:4
+               42, 31, 21, 39, 19, 33])   # prompt 1: ar, ddtree:8, ddtree:4 | ar, ddtree:4, ddtree:8
+    calls = []
+
+    def fake_run(m, *args):
+        calls.append(m)
+        wrong = len(calls) == 12  # prompt 1's second ddtree:8 run: a mismatch at token 2, in its slower run
+        return {"tokens": [5, 6, 9 if wrong else 7], "new_tokens": 3, "ms_per_token": float(next(ms))}
+
+    monkeypatch.setattr(bench, "_run_one", fake_run)
+    run = lambda: bench.run_bench(  # noqa: E731
+        target, lambda kind: OracleDrafter(target, seed=1), None, prompts, ["ar", "ddtree:4", "ddtree:8"],
+        tmp_path / "out", max_new_tokens=3, sampling=SamplingParams(), encode=lambda t: torch.tensor([2, 3, 4]),
+        progress=False, repeats=2)
+    recs = {(r["prompt_id"], r["method"]): r for r in run()}
+    p0, p1 = (str(x["id"]) for x in prompts["gsm8k"])
+    assert calls == ["ar", "ddtree:4", "ddtree:8", "ar", "ddtree:8", "ddtree:4",
+                     "ar", "ddtree:8", "ddtree:4", "ar", "ddtree:4", "ddtree:8"]
+    best = {(p0, "ar"): (40, [40, 41]), (p0, "ddtree:4"): (20, [20, 22]), (p0, "ddtree:8"): (25, [30, 25]),
+            (p1, "ar"): (39, [42, 39]), (p1, "ddtree:4"): (19, [21, 19]), (p1, "ddtree:8"): (31, [31, 33])}
+    assert {k: (r["ms_per_token"], r["ms_per_token_runs"]) for k, r in recs.items()} == best
+    assert [k for k, r in recs.items() if not r["match_ar"]] == [(p1, "ddtree:8")]
+    assert recs[(p1, "ddtree:8")]["first_mismatch"] == 2 and recs[(p1, "ddtree:8")]["tokens"] == [5, 6, 7]
+    assert len((tmp_path / "out/records.jsonl").read_text().splitlines()) == 6
+    run()  # resumed: nothing left to run
+    assert len(calls) == 12
