@@ -319,8 +319,9 @@ def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[
     (default target.chat_ids);
     part (I, K): this process takes prompts I-1, I-1+K, ... of the round-robin order.
     repeats R: each prompt's methods run R times, the order reversed each time, and a method's record is its fastest
-    run (`ms_per_token_runs` lists all; `match_ar` holds only if every run matched). On a shared machine a burst of
-    load can slow one run of a prompt by 30%; the fastest of R runs of every method is the steadier comparison.
+    run (`ms_per_token_runs` lists all; `match_ar` holds only if every run matched, `runs_identical` if every run gave
+    the same tokens). On a shared machine a burst of load can slow one run of a prompt by 30%; the fastest of R runs
+    of every method is the steadier comparison.
     """
     if repeats < 1:
         raise CaddtreeError(f"--repeats must be >= 1, got {repeats}")
@@ -417,13 +418,14 @@ def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[
                     old, run = best[m], rec
                     rec = {**(run if run["ms_per_token"] < old["ms_per_token"] else old),
                            "ms_per_token_runs": old["ms_per_token_runs"] + [run["ms_per_token"]],
-                           "match_ar": None if old.get("match_ar") is None else old["match_ar"] and run["match_ar"]}
+                           "match_ar": None if old.get("match_ar") is None else old["match_ar"] and run["match_ar"],
+                           "runs_identical": old["runs_identical"] and run.get("tokens") == old.get("tokens")}
                     rec.pop("first_mismatch", None)
                     mismatch = [x["first_mismatch"] for x in (old, run) if "first_mismatch" in x]
                     if mismatch:
                         rec["first_mismatch"] = min(mismatch)
-                elif repeats > 1:
-                    rec["ms_per_token_runs"] = [rec["ms_per_token"]]
+                elif repeats > 1:  # runs_identical: every run gave the same tokens (checkable without `ar`)
+                    rec["ms_per_token_runs"], rec["runs_identical"] = [rec["ms_per_token"]], True
                 best[m] = rec
                 if r == repeats - 1 or m in final:  # the record is complete: write it now
                     f.write(json.dumps(rec) + "\n")

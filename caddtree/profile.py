@@ -47,7 +47,8 @@ PRESETS = {
 }
 NEW_TOKENS = 4  # tokens fed to the drafter per steady-state round (a typical accepted length)
 # C_d is timed this many times per context at least: a draft call costs milliseconds, and medians of 3 calls put the
-# shipped drafter anywhere from 5.8 to 9.8 ms at ℓ = 128 in profiles of the same machine
+# shipped drafter anywhere from 5.8 to 9.8 ms at ℓ = 128 in profiles of the same machine (medians of 15: 6.0 and
+# 8.1 ms in two profiles an hour apart; the rest is the machine's state, as for C_v)
 DRAFT_REPEATS = 15
 
 

@@ -312,6 +312,7 @@ def test_repeats_keep_each_methods_fastest_run_and_reverse_the_order(tmp_path, d
     assert {k: (r["ms_per_token"], r["ms_per_token_runs"]) for k, r in recs.items()} == best
     assert [k for k, r in recs.items() if not r["match_ar"]] == [(p1, "ddtree:8")]
     assert recs[(p1, "ddtree:8")]["first_mismatch"] == 2 and recs[(p1, "ddtree:8")]["tokens"] == [5, 6, 7]
+    assert [k for k, r in recs.items() if not r["runs_identical"]] == [(p1, "ddtree:8")]
     assert len((tmp_path / "out/records.jsonl").read_text().splitlines()) == 6
     run()  # resumed: nothing left to run
     assert len(calls) == 12
