@@ -273,11 +273,11 @@ def _draft_ms(target, drafter, ids, feats, warmup, repeats, g, cache) -> tuple[f
     width = feats.shape[-1] if feats is not None else 0
     two_stage = hasattr(drafter, "propose_cheap")
     times, cheap = [], []
+    ctx = cache.get_seq_length()  # restored after every target step
     for r in range(warmup + repeats):
         for stage in ("full", "cheap") if two_stage else ("full",):
             tokens = torch.cat([tokens, torch.randint(0, target.vocab_size, (NEW_TOKENS,), generator=g).to(device)])
             new_feats = torch.randn(NEW_TOKENS, width, generator=g).to(device, target.dtype) if width else None
-            ctx = cache.get_seq_length()
             target.forward(ids[-1:], cache)
             _crop_to(cache, ctx)
             t0 = _now(device)

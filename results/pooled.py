@@ -3,17 +3,14 @@ bootstrap interval, geometric mean, prompts where A was faster; `caddtree.bench.
 pooled), each method's pooled ms/token (all decode time over all tokens) and its mean round: draft, tree build,
 verify and the rest (acceptance, compaction) in ms, nodes, τ. Prompts need both methods' records.
 Run from the repository root, e.g. python results/pooled.py results/bench-t0-256-n20 caddtree ddtree:5"""
-import json
 import sys
-from pathlib import Path
 
 import numpy as np
 
-from caddtree.bench import paired_ratio
+from caddtree.bench import load_records, paired_ratio
 
-run, a, b = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-recs = [json.loads(line) for f in sorted(run.glob("records*.jsonl")) for line in open(f)]
-recs = [r for r in recs if "ms_per_token" in r and not r.get("error") and r["method"] in (a, b)]
+run, a, b = sys.argv[1], sys.argv[2], sys.argv[3]
+recs = [r for r in load_records(run) if "ms_per_token" in r and not r.get("error") and r["method"] in (a, b)]
 both = {}
 for r in recs:
     both.setdefault((r["dataset"], str(r["prompt_id"])), {})[r["method"]] = r

@@ -1,15 +1,13 @@
 """This run has no `ar`: compare every output with plain decoding's tokens for the same prompts and settings in
 results/bench-t0-256-n20, and print how far the two runs of each (prompt, method) were apart.
 Run from the repository root: python results/bench-t0-256-n20r/exact.py"""
-import glob
-import json
-
 import numpy as np
 
-recs = [json.loads(x) for f in sorted(glob.glob("results/bench-t0-256-n20r/records*.jsonl")) for x in open(f)]
-recs = [r for r in recs if "ms_per_token" in r]
-plain = {(r["dataset"], r["prompt_id"]): r["tokens"] for f in glob.glob("results/bench-t0-256-n20/records*.jsonl")
-         for r in map(json.loads, open(f)) if r["method"] == "ar" and r["config"] == recs[0]["config"]}
+from caddtree.bench import load_records
+
+recs = [r for r in load_records("results/bench-t0-256-n20r") if "ms_per_token" in r]
+plain = {(r["dataset"], r["prompt_id"]): r["tokens"] for r in load_records("results/bench-t0-256-n20")
+         if r["method"] == "ar" and r["config"] == recs[0]["config"]}
 same = sum(r["tokens"] == plain[(r["dataset"], r["prompt_id"])] for r in recs)
 print(f"outputs identical to plain decoding (results/bench-t0-256-n20): {same}/{len(recs)} (each record keeps the "
       f"tokens of its faster run)")
