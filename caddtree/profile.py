@@ -52,6 +52,11 @@ NEW_TOKENS = 4  # tokens fed to the drafter per steady-state round (a typical ac
 DRAFT_REPEATS = 15
 
 
+def draft_calls(repeats: int) -> int:
+    """Timed draft calls per context in a profile of `repeats` verify sweeps."""
+    return max(repeats, DRAFT_REPEATS)
+
+
 def drafter_id(drafter) -> str:
     """Stable id of a drafter's cost: its own `fingerprint` if it has one, else class name + hash of its config
     (a dataclass attribute, e.g. DFlash's architecture: retrained weights cost the same) or, failing that, of its
@@ -154,7 +159,7 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
     ns = size_grid(ns, group)
     n_max = ns[-1]
     # room for the draft timing too: each of its calls adds NEW_TOKENS tokens, twice for a two-stage drafter
-    limit = target.max_context - n_max - 2 * NEW_TOKENS * (warmup + max(repeats, DRAFT_REPEATS)) - 2
+    limit = target.max_context - n_max - 2 * NEW_TOKENS * (warmup + draft_calls(repeats)) - 2
     ctxs = sorted({min(int(c), limit) for c in ctxs})
     if ctxs[0] < 1:
         raise CaddtreeError(f"context window {target.max_context} too small to profile {n_max} tree nodes")
@@ -235,7 +240,7 @@ def profile_draft(target, drafter, ctxs, repeats: int = 3, warmup: int = 1, seed
             ids = torch.randint(0, target.vocab_size, (ctx + 1,), generator=g).to(target.device)
             cache = target.new_cache()
             feats = _prefill(target, cache, ids[:-1])
-            d, c = _draft_ms(target, drafter, ids, feats, warmup, max(repeats, DRAFT_REPEATS), g, cache)
+            d, c = _draft_ms(target, drafter, ids, feats, warmup, draft_calls(repeats), g, cache)
             draft.append(round(d, 3)), cheap.append(round(c, 3))
     finally:
         target.hidden_layers = saved_layers

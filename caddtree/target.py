@@ -9,6 +9,8 @@ import functools
 import hashlib
 import importlib.util
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -233,22 +235,40 @@ def _file_digest(path: Path, limit: int = 1 << 24) -> str:
     return h.hexdigest()[:16]
 
 
+def _publish_once(dest: Path, build) -> None:
+    """Run build(tmp) into a private temp dir next to dest, then move it to dest atomically, so an interrupted build
+    leaves nothing half-written. Two processes may build at once (one job per core on a fresh machine): the first
+    to publish wins and the other drops its identical copy. dest counts as published once it holds config.json."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))
+    try:
+        build(tmp)
+        tmp.rename(dest)
+    except OSError:
+        if not (dest / "config.json").is_file():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _load_gguf(path: Path, dtype: torch.dtype):
     """Dequantising a GGUF takes ~15 s, so the fp32 weights are cached as safetensors on first load."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     digest = _file_digest(path)
     cached = cache_dir() / "models" / f"{path.stem}-{digest}"
-    if not (cached / "config.json").is_file():
+
+    def convert(tmp: Path) -> None:
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
         tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        tmp = cached.with_name(cached.name + ".tmp")
         # the weights are already dequantised to fp32: drop the GGUF quantizer so HF will serialise them
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        tmp.rename(cached)  # atomic: an interrupted first load leaves no half-written cache
+
+    if not (cached / "config.json").is_file():
+        _publish_once(cached, convert)
     return _load_dir(cached, dtype), digest
 
 

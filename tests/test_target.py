@@ -1,4 +1,5 @@
 """Target forward internals: grouped-query attention without KV-head copies, and the in-place growing KV cache."""
+import pytest
 import torch
 from transformers import DynamicCache
 
@@ -52,3 +53,33 @@ def test_growing_cache_equals_dynamic_cache():
     t.forward(ids[20:21], plain)
     b, _ = t.forward(ids[21:25], plain)
     assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_publish_once_builds_atomically_and_tolerates_a_concurrent_winner(tmp_path):
+    from caddtree.target import _publish_once
+    dest = tmp_path / "models" / "m"
+
+    def build(tmp):
+        assert not dest.exists()  # the build never writes into dest itself
+        (tmp / "config.json").write_text("mine")
+
+    _publish_once(dest, build)
+    assert (dest / "config.json").read_text() == "mine"
+
+    dest2 = tmp_path / "models" / "m2"
+
+    def build_while_other_wins(tmp):
+        dest2.mkdir()  # another process publishes first
+        (dest2 / "config.json").write_text("theirs")
+        (tmp / "config.json").write_text("mine")
+
+    _publish_once(dest2, build_while_other_wins)
+    assert (dest2 / "config.json").read_text() == "theirs"
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["m", "m2"]  # no temp dir left behind
+
+    def build_fails(tmp):
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        _publish_once(tmp_path / "models" / "m3", build_fails)
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["m", "m2"]
