@@ -298,6 +298,15 @@ def load_records(path) -> list[dict]:
     return out
 
 
+def identical_to_plain(records: list[dict], plain_run) -> int:
+    """How many of `records` (a run without `ar`) have the same output tokens as plain decoding of the same prompt
+    and settings in the run directory `plain_run`. Raises KeyError where that run lacks a prompt."""
+    config = records[0]["config"]
+    plain = {(r["dataset"], r["prompt_id"]): r["tokens"] for r in load_records(plain_run)
+             if r["method"] == "ar" and r["config"] == config}
+    return sum(r["tokens"] == plain[(r["dataset"], r["prompt_id"])] for r in records)
+
+
 def _second_turn_ids(target, item: dict, max_new_tokens: int):
     """MT-Bench turn 2: [turn 1, the model's own greedy answer to it, turn 2] through the chat template."""
     from caddtree.engine import Decoder

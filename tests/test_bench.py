@@ -316,3 +316,15 @@ def test_repeats_keep_each_methods_fastest_run_and_reverse_the_order(tmp_path, d
     assert len((tmp_path / "out/records.jsonl").read_text().splitlines()) == 6
     run()  # resumed: nothing left to run
     assert len(calls) == 12
+
+
+def test_identical_to_plain_counts_matches_against_another_runs_plain_decoding(tmp_path):
+    from caddtree.bench import identical_to_plain
+    plain = [{"dataset": "a", "prompt_id": p, "method": "ar", "config": "c", "tokens": [p, 1]} for p in (0, 1)]
+    plain.append({"dataset": "a", "prompt_id": 0, "method": "ar", "config": "other", "tokens": [9]})
+    (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in plain))
+    run = [{"dataset": "a", "prompt_id": 0, "method": "caddtree", "config": "c", "tokens": [0, 1]},
+           {"dataset": "a", "prompt_id": 1, "method": "caddtree", "config": "c", "tokens": [1, 2]}]
+    assert identical_to_plain(run, tmp_path) == 1
+    with pytest.raises(KeyError):  # a prompt the plain run lacks is an error, not a silent pass
+        identical_to_plain(run + [{**run[0], "prompt_id": 2}], tmp_path)

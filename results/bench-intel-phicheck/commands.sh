@@ -4,7 +4,8 @@
 # one. Does calibrating Phi online (caddtree@cal: Decoder(calibrate_phi=True)) close that gap? 8 further prompts per
 # set (6-13), the fixed 4-node tree, CaDDTree and CaDDTree@cal, all with the mix; 256 tokens, greedy; one part per
 # core, then the report. Rerunning resumes. No `ar` here: its outputs were compared token for token with
-# results/bench-t0-256-n20's plain decoding of the same prompts, as results/bench-phase5-check/exact.py does (48/48).
+# results/bench-t0-256-n20's plain decoding of the same prompts (48/48):
+# python results/exact_vs_plain.py results/bench-intel-phicheck results/bench-t0-256-n20
 export OMP_NUM_THREADS=1
 ARGS="--drafter dflash+lookup --threads 1 --datasets humaneval,mbpp --first-prompt 6 \
   --methods ddtree:4,caddtree,caddtree@cal --num-prompts 8 --max-new-tokens 256 --temperature 0 \

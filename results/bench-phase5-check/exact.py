@@ -3,12 +3,10 @@ results/bench-t0-256-n20, and print the per-prompt ratio phase 5 / phase 4 per d
 Run from the repository root: python results/bench-phase5-check/exact.py"""
 import numpy as np
 
-from caddtree.bench import load_records
+from caddtree.bench import identical_to_plain, load_records
 
 recs = [r for r in load_records("results/bench-phase5-check") if "ms_per_token" in r]
-plain = {(r["dataset"], r["prompt_id"]): r["tokens"] for r in load_records("results/bench-t0-256-n20")
-         if r["method"] == "ar" and r["config"] == recs[0]["config"]}
-same = sum(r["tokens"] == plain[(r["dataset"], r["prompt_id"])] for r in recs)
+same = identical_to_plain(recs, "results/bench-t0-256-n20")
 print(f"outputs identical to plain decoding (results/bench-t0-256-n20): {same}/{len(recs)}")
 by = {(r["dataset"], r["prompt_id"], r["method"]): r for r in recs}
 ratios = []

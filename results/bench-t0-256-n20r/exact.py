@@ -3,12 +3,10 @@ results/bench-t0-256-n20, and print how far the two runs of each (prompt, method
 Run from the repository root: python results/bench-t0-256-n20r/exact.py"""
 import numpy as np
 
-from caddtree.bench import load_records
+from caddtree.bench import identical_to_plain, load_records
 
 recs = [r for r in load_records("results/bench-t0-256-n20r") if "ms_per_token" in r]
-plain = {(r["dataset"], r["prompt_id"]): r["tokens"] for r in load_records("results/bench-t0-256-n20")
-         if r["method"] == "ar" and r["config"] == recs[0]["config"]}
-same = sum(r["tokens"] == plain[(r["dataset"], r["prompt_id"])] for r in recs)
+same = identical_to_plain(recs, "results/bench-t0-256-n20")
 print(f"outputs identical to plain decoding (results/bench-t0-256-n20): {same}/{len(recs)} (each record keeps the "
       f"tokens of its faster run)")
 spread = np.array([max(r["ms_per_token_runs"]) / min(r["ms_per_token_runs"]) - 1 for r in recs])

@@ -1,12 +1,10 @@
 """This run has no `ar`: compare every output with plain decoding's tokens for the same prompts and settings in
 results/bench-t0-256-n20, and print the per-prompt ms/token ratios per set (`caddtree.bench.paired_ratio`).
 Run from the repository root: python results/measured-cd/exact.py"""
-from caddtree.bench import load_records, paired_ratio
+from caddtree.bench import identical_to_plain, load_records, paired_ratio
 
 recs = [r for r in load_records("results/measured-cd") if "ms_per_token" in r]
-plain = {(r["dataset"], r["prompt_id"]): r["tokens"] for r in load_records("results/bench-t0-256-n20")
-         if r["method"] == "ar" and r["config"] == recs[0]["config"]}
-same = sum(r["tokens"] == plain[(r["dataset"], r["prompt_id"])] for r in recs)
+same = identical_to_plain(recs, "results/bench-t0-256-n20")
 print(f"outputs identical to plain decoding (results/bench-t0-256-n20): {same}/{len(recs)}\n")
 print("| dataset | caddtree / caddtree@profiledcd [90% CI] | faster | caddtree / ddtree:5 [90% CI] | faster | "
       "caddtree@profiledcd / ddtree:5 [90% CI] | faster |")
