@@ -13,7 +13,8 @@ shipped DFlash drafter), `mix-` (DFlash + prompt lookup, `--drafter dflash+looku
 `caddtree@nogate` (a two-stage drafter such as `mix` runs both stages every round: no `budget.DraftGate`),
 `caddtree@predgate` (the gate learns from the policy's predicted gains instead of the realised ones),
 `caddtree@cal` (Φ priced by the acceptance rates observed per predicted δ: `budget.PhiCalibration`),
-`caddtree@convex` (C_v fitted convex without the kernel's per-pass jumps, as before the pass term existed),
+`caddtree@convex` / `@passes` / `@mono` (C_v refitted from the same measurements: convex (the paper's fit), convex
+plus a jump per kernel pass (the default before results/bench-intel-monofit), monotone (the default)),
 peers `hf` / `hf-lookup` (Hugging Face `generate`, plain / prompt_lookup_num_tokens=10) and `llamacpp`
 (llama-cpp-python on the same GGUF, if importable).
 
@@ -46,7 +47,8 @@ QUICK = dict(num_prompts=1, max_new_tokens=16, methods="ar,ddtree:4,caddtree")
 PERTURB = {"cd0.5": (0.5, 1.0), "cd2": (2.0, 1.0), "cv0.5": (1.0, 0.5), "cv2": (1.0, 2.0)}  # (C_d, C_v slope) scale
 VARIANTS = {"nogate": {"gate": False}, "predgate": {"gate": "predicted"},  # method suffix -> Decoder(**kw)
             "cal": {"calibrate_phi": True}}
-REFITS = {"convex": {"row_group": 1}}  # method suffix -> the cost model refitted from its measurements with these
+REFITS = {"convex": {"row_group": 1, "verify_fit": "convex"}, "passes": {"verify_fit": "convex"},  # method suffix ->
+          "mono": {"verify_fit": "monotone"}}  # the cost model refitted from its measurements with these
 PEERS = ("hf", "hf-lookup", "llamacpp")
 DRAFTER_PREFIX = {"lookup": "lookup", "dflash": "dflash", "mix": "dflash+lookup"}  # method prefix -> --drafter spec
 TREE_METHODS = ("ddtree",) + tuple(f"{p}-ddtree" for p in DRAFTER_PREFIX)
@@ -99,7 +101,7 @@ def perturb_cost_model(model, draft_scale: float = 1.0, slope_scale: float = 1.0
     s[1:] = s[1:2] + slope_scale * (s[1:] - s[1:2])
     cheap = None if model.cheap_draft is None else model.cheap_draft * draft_scale
     out = CostModel(model.ctxs, v, s, model.draft * draft_scale, model.overhead.copy(), cheap, model.row_group,
-                    model.pass_ms * slope_scale, measurements=model.measurements,
+                    model.pass_ms * slope_scale, model.verify_fit, measurements=model.measurements,
                     provenance={**model.provenance, "perturbed": {"draft_scale": draft_scale,
                                                                   "verify_slope_scale": slope_scale}})
     problem = check_cost_model(out)
@@ -520,13 +522,15 @@ def summarize(records: list[dict]) -> dict:
             if not fixed:
                 continue
             best_ms, best_b, best_method = min(fixed)
-            o = {"dataset": ds, "family": fam, "oracle_budget": best_b, "oracle_ms_per_token": best_ms,
-                 "method": ours, "ms_per_token": None, "ratio": None}
-            if (ds, ours) in by:
-                o["ms_per_token"] = by[(ds, ours)]["ms_per_token"]
-                o["ratio"] = o["ms_per_token"] / best_ms  # <= 1: CaDDTree at least as fast as the oracle budget
-                o.update(paired_ratio(ok, ds, ours, best_method))
-            oracle.append(o)
+            variants = [m for m in methods if (ds, m) in by and m.partition("@")[0] == ours] or [ours]  # @cd2, ...
+            for m in variants:
+                o = {"dataset": ds, "family": fam, "oracle_budget": best_b, "oracle_ms_per_token": best_ms,
+                     "method": m, "ms_per_token": None, "ratio": None}
+                if (ds, m) in by:
+                    o["ms_per_token"] = by[(ds, m)]["ms_per_token"]
+                    o["ratio"] = o["ms_per_token"] / best_ms  # <= 1: CaDDTree at least as fast as the oracle budget
+                    o.update(paired_ratio(ok, ds, m, best_method))
+                oracle.append(o)
     return {"rows": rows, "oracle": oracle}
 
 

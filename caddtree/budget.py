@@ -3,14 +3,16 @@
 Φ_n = Σ_{i<n} δ_i is the expected number of accepted draft tokens of the best-first n-node tree (δ_i = exp of node i's
 log prefix weight); the 1 is the bonus token every round yields. Going from n to n+1 nodes raises θ iff
 δ_{n+1} > θ_n · (C_v(n+1) − C_v(n)). With δ non-increasing (best-first order) and C_v convex non-decreasing in n
-(guaranteed by the cost fit for n >= 1), once a step fails θ never rises again (θ_{n+1} is a mediant of θ_n and δ/ΔC,
-and later ratios δ/ΔC only shrink), so the first failure from n = 1 on is the optimum over n >= 1. The same bound lets
-the tree builder stop early (`TreeStop`): nodes past the point where no larger tree can win are never built.
+(the paper's fit, `verify_fit="convex"`, for n >= 1), once a step fails θ never rises again (θ_{n+1} is a mediant of
+θ_n and δ/ΔC, and later ratios δ/ΔC only shrink), so the first failure from n = 1 on is the optimum over n >= 1. The
+tree builder stops early on a bound that needs no shape at all (`TreeStop`): nodes past the point where no larger
+tree can win are never built.
 
-Kernel passes (`CostModel.row_group` g > 1): C_v = f + J · ⌊n / g⌋, f convex. θ is then unimodal within each pass
-(the argument above, on f) but may rise again after a pass's jump, so the rule takes the first argmax of θ over all
-sizes from n = 1 on. Where J = 0 (or g = 1) that is exactly the first failure; computing θ for every size costs the
-same numpy ops the first-failure test needs.
+The cost model's default fit is only monotone (`costmodel`: measured CPU curves are steep for small trees and flatter
+for large ones, with a step per kernel pass), and its convex fit with pass jumps (C_v = f + J · ⌊n / g⌋, f convex)
+is unimodal only within each pass. So the rule takes the first argmax of θ over all sizes from n = 1 on: under a
+convex C_v exactly the first failure, and exact for any C_v; computing θ for every size costs the same numpy ops the
+first-failure test needs.
 
 n = 0 (a plain decoding step, lossless) is compared explicitly: the cost model keeps its measured cost, which may sit
 well below the masked n = 1 forward, so θ need not be unimodal across the 0 -> 1 step. Where C_v is convex from 0,

@@ -1,26 +1,31 @@
 """Cost model of this machine: C_v(n; ℓ) (verify n tree nodes + root on a KV cache of ℓ), C_d(ℓ) (one drafting
 round) and the per-round overhead (tree build, stop rule, cache compaction), all in milliseconds. Pure logic + JSON.
 
-The fit is what makes CaDDTree's greedy stop exact: per context length, C_v is fitted convex and non-decreasing in n
-(measured CPU curves are not convex at small n: kernels change), so marginal costs never decrease and θ is unimodal
-(within each kernel pass, where the kernel has passes: see the last rule).
+The fit turns noisy medians into a curve CaDDTree can trust: per context length, C_v is fitted non-decreasing in n
+(a larger tree never costs less), and, where asked (`verify_fit="convex"`, the paper's fit), convex. The default is
+the monotone fit ("monotone"): measured CPU curves are far from convex over the sizes a profile covers (steep within
+the kernel's first pass, ~4 ms per row on an Intel Xeon, ~2 ms per node from 24 nodes on), and one convex curve
+through 1..64 nodes takes the large-tree slope from n = 1 on: it priced 4 -> 8 nodes at half the measured step there,
+and CaDDTree built trees that lost to a fixed budget of 4 (results/bench-intel-monofit). `budget.choose_tree_size`
+takes the argmax of θ over all sizes, so it needs no convexity; under a convex fit that argmax is the paper's
+first-failure stop.
 
 Rules (applied in `fit_cost_model` and `CostModel`):
 - n: the grid (possibly non-uniform) must start 0, 1. C_v(0) is the root-only forward, i.e. a plain decoding step: no
-  tree mask, a different kernel path, often well below the masked n = 1 forward; smearing that jump into a convex
-  fit would misprice exactly the speculate-or-not decision, so C_v(0) is kept as measured (capped at C_v(1)) and
-  only n >= 1 is fitted convex non-decreasing, then evaluated at every integer 1..n_max by linear interpolation
-  (stays convex and monotone). `choose_tree_size` compares n = 0 explicitly. n > n_max is refused
-  (`CaddtreeError`): the policy must never rely on an extrapolated cost.
+  tree mask, a different kernel path, often well below the masked n = 1 forward; smearing that jump into the fit
+  would misprice exactly the speculate-or-not decision, so C_v(0) is kept as measured (capped at C_v(1)) and only
+  n >= 1 is fitted (isotonic least squares in relative error; or convex and non-decreasing), then evaluated at every
+  integer 1..n_max by linear interpolation (keeps either shape). `choose_tree_size` compares n = 0 explicitly.
+  n > n_max is refused (`CaddtreeError`): the policy must never rely on an extrapolated cost.
 - ℓ: every cost is made non-decreasing in ℓ (cumulative max over the ctx grid), linearly interpolated between grid
   ctxs; below the grid the first ctx's values are used; above it, linear extrapolation with the slope between the last
-  two grid ctxs, clamped at ≥ 0 (for C_v that per-n slope is itself projected onto convex non-decreasing curves, so
-  extrapolated curves stay convex and monotone in n).
-- passes: a linear kernel that multiplies rows in passes of g (`row_group`; the CPU panel kernel: 6 rows) pays a jump
-  each time a tree starts a new pass (results/verify-staircase: 0-5 nodes 32-40 ms, 6 nodes 44-46 ms), which no
-  convex curve represents: the fit prices it as C_v(n) = f(n) + J · ⌊n / g⌋ for n >= 1 (n + 1 rows with the root),
-  f convex non-decreasing, J >= 0 per ctx (`pass_ms`, the same ℓ rules as C_d); the profile measures both sides of
-  the first pass boundaries so J is not smeared into f's slope. g = 1 (PyTorch's kernels, GPUs): no J, C_v = f.
+  two grid ctxs, clamped at ≥ 0 (for C_v that per-n slope is itself projected onto curves of the fit's shape, so
+  extrapolated curves keep it).
+- passes: a linear kernel that multiplies rows in passes of g (`row_group`; the CPU panel kernel: 6 rows) pays a step
+  each time a tree starts a new pass (results/verify-staircase: 0-5 nodes 32-40 ms, 6 nodes 44-46 ms); the profile
+  measures both sides of the first pass boundaries (`profile.size_grid`). The monotone fit follows those steps as
+  measured. The convex fit prices them as C_v(n) = f(n) + J · ⌊n / g⌋ for n >= 1 (n + 1 rows with the root), f convex
+  non-decreasing, J >= 0 per ctx (`pass_ms`, the same ℓ rules as C_d; `verify_fit="convex"` with g = 1: no J).
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ import numpy as np
 from caddtree.errors import CaddtreeError
 
 FORMAT = "caddtree-cost/1"
+VERIFY_FITS = ("monotone", "convex")  # shapes of the C_v fit for n >= 1 (measurements' "verify_fit"); first: default
 _TOL = 1e-6  # relative tolerance on the shape checks of a saved fit (solver round-off)
 
 
@@ -48,6 +54,7 @@ class CostModel:
     cheap_draft: np.ndarray | None = None  # [len(ctxs)] C_d of a two-stage drafter's first stage alone (or None)
     row_group: int = 1       # rows per pass of the verify kernel (module docstring)
     pass_ms: np.ndarray | None = None  # [len(ctxs)] J, the jump in C_v per extra pass (zeros if row_group == 1)
+    verify_fit: str = "convex"  # shape of the C_v fit for n >= 1 (VERIFY_FITS); profiles saved before it: convex
     measurements: dict = field(default_factory=dict)  # raw data the fit came from (saved for audit/refit)
     provenance: dict = field(default_factory=dict)
 
@@ -177,7 +184,8 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
         {"ns": [0, 1, n_2, ..., n_max] (increasing, must start 0, 1), "ctxs": [ℓ_1, ...] (increasing),
          "verify_ms": [[ms per n] per ctx], "draft_ms": [ms per ctx], "overhead_ms": float or [ms per ctx],
          optional "cheap_draft_ms": [ms per ctx] (first stage of a two-stage drafter),
-         optional "row_group": rows per pass of the verify kernel (default 1)}
+         optional "row_group": rows per pass of the verify kernel (default 1),
+         optional "verify_fit": "monotone" (default) or "convex", the shape of C_v for n >= 1}
 
     (extra keys are kept). See the module docstring for the n/ℓ rules.
     """
@@ -190,6 +198,7 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
         Dc = measurements.get("cheap_draft_ms")
         Dc = None if Dc is None else np.broadcast_to(np.asarray(Dc, dtype=np.float64), (len(ctxs),))
         group = int(measurements.get("row_group", 1))
+        shape = str(measurements.get("verify_fit", VERIFY_FITS[0]))
     except (KeyError, TypeError, ValueError) as e:
         raise CaddtreeError(f"cost measurements are malformed ({e}): re-run `caddtree profile`") from None
     if ns[:2] not in ([0], [0, 1]) or np.any(np.diff(ns) <= 0) or not ctxs or np.any(np.diff(ctxs) <= 0):
@@ -202,12 +211,18 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
                             f"got {list(V.shape)}: re-run `caddtree profile`")
     if group < 1:
         raise CaddtreeError(f"cost measurements: row_group must be >= 1, got {group}: re-run `caddtree profile`")
+    if shape not in VERIFY_FITS:
+        raise CaddtreeError(f"cost measurements: verify_fit must be one of {', '.join(VERIFY_FITS)}, got {shape!r}")
+    convex = shape == "convex"
     grid = np.arange(ns[-1] + 1)
     k = pass_count(ns[-1], group)
     rows, jumps = np.zeros((len(ctxs), len(grid))), np.zeros(len(ctxs))
     for i in range(len(ctxs)):
         if len(ns) > 1:
-            f, jumps[i] = _shape_fit(ns[1:], V[i, 1:], convex=True, passes=k[ns[1:]])
+            if convex:
+                f, jumps[i] = _shape_fit(ns[1:], V[i, 1:], convex=True, passes=k[ns[1:]])
+            else:  # the kernel's pass steps are part of the monotone curve itself: no J
+                f = _shape_fit(ns[1:], V[i, 1:], convex=False)
             rows[i, 1:] = np.interp(grid[1:], ns[1:], f)
         rows[i, 0] = min(V[i, 0], rows[i, 1]) if len(ns) > 1 else V[i, 0]
     rows = np.maximum.accumulate(rows, axis=0)  # monotone in ℓ; a max of such curves keeps their shape
@@ -217,17 +232,18 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
         slope[0] = raw[0]
         if len(grid) > 1:  # extrapolated curves must keep the shape: project the n >= 1 slopes on it
             unit = max(float(raw[1:].max()), 1e-12)  # solve at O(1) scale: slopes are ~1e-2 ms/token
-            slope[1:] = np.maximum(_shape_fit(grid[1:], raw[1:] / unit, convex=True, relative=False) * unit, 0.0)
+            slope[1:] = np.maximum(_shape_fit(grid[1:], raw[1:] / unit, convex=convex, relative=False) * unit, 0.0)
             slope[0] = min(raw[0], slope[1])
     mono = (lambda v: np.maximum.accumulate(_shape_fit(ctxs, v, convex=False)))
     return CostModel(ctxs, rows, slope, mono(D), mono(O), None if Dc is None else mono(Dc), group,
-                     np.maximum(mono(jumps), 0.0) if group > 1 else jumps,
+                     np.maximum(mono(jumps), 0.0) if group > 1 and convex else np.zeros(len(ctxs)), shape,
                      measurements=dict(measurements),
                      provenance=dict(provenance or {}))
 
 
 def check_cost_model(model: CostModel) -> str | None:
-    """None if the fit is non-decreasing in n and convex for n >= 1, non-decreasing in ℓ, finite; else the problem."""
+    """None if the fit is non-decreasing in n (and convex for n >= 1 if it was fitted convex), non-decreasing in ℓ,
+    finite; else the problem."""
     V, s = model.verify, model.verify_slope
     scale = _TOL * max(1.0, float(np.max(np.abs(V))) if V.size else 1.0)
     if V.ndim != 2 or V.shape[0] != len(model.ctxs) or V.shape[1] < 1 or s.shape != (V.shape[1],) \
@@ -241,10 +257,13 @@ def check_cost_model(model: CostModel) -> str | None:
         return "fit has non-finite values"
     if np.any(np.diff(model.ctxs) <= 0):
         return "ctx grid is not increasing"
-    if np.any(np.diff(V, axis=1) < -scale) or np.any(np.diff(V[:, 1:], n=2, axis=1) < -scale):
-        return "verify cost is not convex non-decreasing in n"
+    if model.verify_fit not in VERIFY_FITS:
+        return f"unknown verify_fit {model.verify_fit!r}"
+    convex = model.verify_fit == "convex"
+    if np.any(np.diff(V, axis=1) < -scale) or (convex and np.any(np.diff(V[:, 1:], n=2, axis=1) < -scale)):
+        return f"verify cost is not {'convex ' if convex else ''}non-decreasing in n"
     if np.any(np.diff(V, axis=0) < -scale) or np.any(s < -scale) or np.any(np.diff(s) < -scale) \
-            or np.any(np.diff(s[1:], n=2) < -scale):
+            or (convex and np.any(np.diff(s[1:], n=2) < -scale)):
         return "verify cost is not non-decreasing in context length (or its extrapolation is not convex)"
     if any(np.any(np.diff(a) < -scale) for a in (model.draft, model.overhead, *extra)) \
             or np.any(model.pass_ms < -scale):
@@ -261,7 +280,7 @@ def save_cost_model(model: CostModel, path) -> Path:
            "fit": {"ctxs": model.ctxs, "verify_ms": model.verify.tolist(), "verify_slope_ms_per_token":
                    model.verify_slope.tolist(), "draft_ms": model.draft.tolist(),
                    "overhead_ms": model.overhead.tolist(), "row_group": model.row_group,
-                   "pass_ms": model.pass_ms.tolist(),
+                   "pass_ms": model.pass_ms.tolist(), "verify_fit": model.verify_fit,
                    **({} if model.cheap_draft is None else {"cheap_draft_ms": model.cheap_draft.tolist()})}}
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1, default=_jsonable))
@@ -298,7 +317,8 @@ def load_cost_model(path, target_fingerprint: str | None = None, drafter_id: str
         fit = doc["fit"]
         model = CostModel(fit["ctxs"], fit["verify_ms"], fit["verify_slope_ms_per_token"], fit["draft_ms"],
                           fit["overhead_ms"], fit.get("cheap_draft_ms"), fit.get("row_group", 1),
-                          fit.get("pass_ms"), measurements=doc.get("measurements") or {},
+                          fit.get("pass_ms"), fit.get("verify_fit", "convex"),
+                          measurements=doc.get("measurements") or {},
                           provenance=prov)
     except (KeyError, TypeError, ValueError) as e:
         raise CaddtreeError(f"cost profile {path} is corrupt (bad fit: {type(e).__name__} {e}): {redo}") from None

@@ -3,7 +3,7 @@
 Per context length ℓ (KV cache prefilled with random tokens):
 - C_v(n; ℓ): `engine.verify_tree` on a best-first tree of n nodes built from random marginals (real ancestor mask,
   root counted; n = 0 is the plain decoding step), cache cropped back after each call; the preset's sizes plus both
-  sides of the first pass boundaries of the CPU kernel (`size_grid`), whose jumps the fit prices separately;
+  sides of the first pass boundaries of the CPU kernel (`size_grid`), so the fit sees each pass's step;
 - C_d(ℓ): one steady-state `drafter.propose` call that feeds only a few new tokens' features (LM head included);
   the drafter's context grows by those few tokens per call, negligible against ℓ; for a two-stage drafter also the
   first stage alone (`propose_cheap` + `skip_rest`), which the engine's draft gate prices;
@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from caddtree.costmodel import (CostModel, default_cost_path, fit_cost_model, load_cost_model, plot_cost_model,
-                                save_cost_model)
+from caddtree.costmodel import (VERIFY_FITS, CostModel, default_cost_path, fit_cost_model, load_cost_model,
+                                plot_cost_model, save_cost_model)
 from caddtree.errors import CaddtreeError
 from caddtree.kernels import kernel_version, row_group
 
@@ -361,12 +361,14 @@ def ensure_cost_model(target, drafter, path=None, preset: str = "coarse", progre
                                     f"re-run `caddtree profile`")
             stale = not explicit and (
                 model.measurements.get("row_group", 1) != verify_row_group(target)  # measured for another kernel
+                or model.verify_fit != VERIFY_FITS[0]  # fitted to another shape (before the monotone default)
                 or (shared is not None and model.provenance.get("verify_id") != shared["provenance"]["verify_id"]))
             if not stale:
                 print(f"cost model: loaded {path} (profiled {model.provenance.get('date', '?')}, "
                       f"max {model.max_nodes} nodes)", file=sys.stderr)
                 return model
-            print(f"cost model: {path} predates the shared verify profile; rebuilding on it", file=sys.stderr)
+            print(f"cost model: {path} predates the shared verify profile or the {VERIFY_FITS[0]} fit; rebuilding "
+                  f"on it", file=sys.stderr)
         except CaddtreeError as e:
             if explicit:
                 raise

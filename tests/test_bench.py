@@ -74,6 +74,8 @@ def test_parse_methods():
     assert bench.parse_methods("mix-caddtree,dflash-ddtree:4,8,mix-caddtree@cv2") == [
         "mix-caddtree", "dflash-ddtree:4", "dflash-ddtree:8", "mix-caddtree@cv2"]
     assert bench.parse_methods("caddtree@nogate,caddtree@predgate") == ["caddtree@nogate", "caddtree@predgate"]
+    assert bench.parse_methods("caddtree@passes,caddtree@convex,caddtree@mono") == [
+        "caddtree@passes", "caddtree@convex", "caddtree@mono"]
     for bad in ("ar,8", "ddtree", "ddtree:0", "nope", "ar@cd2", "caddtree@x", "foo-caddtree", "mix-ar",
                 "ddtree@predgate:4"):
         with pytest.raises(CaddtreeError):
@@ -102,7 +104,7 @@ def test_summary_and_oracle_on_synthetic_records(tmp_path):
                  _rec("a", "ddtree:16", pid, 15.0 + int(pid), sizes=[16] * 5),
                  _rec("a", "caddtree", pid, 14.0, sizes=[4, 12, 12, 12, 10], match=pid != "2"),
                  _rec("b", "ar", pid, 10.0), _rec("b", "ddtree:8", pid, 12.0), _rec("b", "ddtree:16", pid, 11.0),
-                 _rec("b", "caddtree", pid, 11.5)]
+                 _rec("b", "caddtree", pid, 11.5), _rec("b", "caddtree@passes", pid, 12.1)]
     recs.append({"dataset": "a", "method": "llamacpp", "prompt_id": "0", "config": "c", "skipped": "not installed"})
     s = bench.summarize(recs)
     row = {(r["dataset"], r["method"]): r for r in s["rows"]}
@@ -113,7 +115,11 @@ def test_summary_and_oracle_on_synthetic_records(tmp_path):
     assert row[("a", "caddtree")]["tree_size_std"] == pytest.approx(np.std([4, 12, 12, 12, 10] * 3))
     assert (row[("a", "caddtree")]["match"], row[("a", "caddtree")]["compared"]) == (2, 3)
     assert row[("a", "llamacpp")]["n"] == 0 and "not installed" in row[("a", "llamacpp")]["note"]
-    orc = {o["dataset"]: o for o in s["oracle"]}
+    # one oracle row per CaDDTree variant run on the set
+    assert [(o["dataset"], o["method"]) for o in s["oracle"]] == [("a", "caddtree"), ("b", "caddtree"),
+                                                                   ("b", "caddtree@passes")]
+    assert s["oracle"][2]["ratio"] == pytest.approx(12.1 / 11) and s["oracle"][2]["paired_faster"] == 0
+    orc = {o["dataset"]: o for o in s["oracle"] if o["method"] == "caddtree"}
     assert (orc["a"]["oracle_budget"], orc["a"]["oracle_ms_per_token"]) == (16, 16.0)
     assert orc["a"]["ratio"] == pytest.approx(14 / 16)
     assert (orc["b"]["oracle_budget"], orc["b"]["ratio"]) == (16, pytest.approx(11.5 / 11))
