@@ -153,10 +153,10 @@ def cmd_profile(args) -> None:
     for ctx in model.ctxs:
         pts = ", ".join(f"C_v({n})={model.verify_ms(n, ctx):.1f}" for n in (0, 1, 4, 8, 16, 64)
                         if n <= model.max_nodes)
-        passes = (f", +{model.pass_ms[model.ctxs.index(ctx)]:.1f} ms per extra pass of {model.row_group} rows"
+        fit_note = (f", +{model.pass_ms[model.ctxs.index(ctx)]:.1f} ms per extra pass of {model.row_group} rows"
                   if model.row_group > 1 and model.verify_fit == "convex" else f" ({model.verify_fit} fit)")
         print(f"ℓ={int(ctx)}: C_d={model.draft_ms(ctx):.1f} ms, overhead={model.overhead_ms(ctx):.2f} ms, "
-              f"{pts}{passes}")
+              f"{pts}{fit_note}")
 
 
 def build_parser() -> argparse.ArgumentParser:

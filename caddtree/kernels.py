@@ -4,13 +4,16 @@ Why: plain decoding multiplies every weight by one row, tree verification by a h
 bound by reading the weights from memory. PyTorch's GEMMs lose that from a few rows on: on this project's 2-core
 machine (Intel Xeon, SmolLM2-135M fp32, 1 thread, 300-token cache, both cores busy; `python -m caddtree.kernels`)
 PyTorch's default linears took 57.6 / 60.1 / 63.8 / 93.2 / 122.2 / 152.0 ms for a 1 / 2 / 3 / 5 / 9 / 33-token
-forward, this kernel 54.5 / 61.2 / 65.1 / 75.7 / 86.9 / 131.6. The kernel streams each weight once in 64-column
-panels and reuses a panel from cache for every group of up to 6 rows. Verify cost at a 128-token context, previous
-kernels (one row `x @ W^T` with W^T stored contiguous, more rows oneDNN-packed) -> panel kernel, profiled at the same
-time one per core (`results/kernels-ab/`): plain step 70.5 -> 65.7 ms, 1 tree node 89.3 -> 71.5, 4 nodes 98.8 -> 88.3,
-8 nodes 105.6 -> 101.7, 16 nodes 126.5 -> 118.6; end to end, tree methods 2-7% less time per token. Each output row
-is summed in the same order whatever the other rows are, so a token's logits in a verified tree are bit-identical to
-the ones the plain step would compute from the same activations.
+forward, this kernel 54.5 / 61.2 / 65.1 / 75.7 / 86.9 / 131.6. The kernel streams each weight once in panels of P
+columns and reuses a panel from cache for every group of up to 6 rows; P follows the vector registers of the CPU it
+is built for (64 with AVX-512, 16 with AVX2: 64 on an AVX2-only AMD EPYC spilled its accumulators and took 117.6 /
+518.8 ms for a 1 / 5-token forward, 16 takes 70.9 / 93.0, PyTorch 97.2 / 183.6; `results/kernels-avx2/`). Verify
+cost at a 128-token context, previous kernels (one row `x @ W^T` with W^T stored contiguous, more rows
+oneDNN-packed) -> panel kernel, profiled at the same time one per core (`results/kernels-ab/`): plain step 70.5 ->
+65.7 ms, 1 tree node 89.3 -> 71.5, 4 nodes 98.8 -> 88.3, 8 nodes 105.6 -> 101.7, 16 nodes 126.5 -> 118.6; end to
+end, tree methods 2-7% less time per token. Each output row is summed in the same order whatever the other rows are,
+so a token's logits in a verified tree are bit-identical to the ones the plain step would compute from the same
+activations.
 
 Where the CPU has AMX (Intel Sapphire Rapids and later) and the OS grants it, CADDTREE_CPU_KERNEL=amx runs the same
 source's AMX kernel instead (kernel version `amx1`): fp32 values split into bf16 hi + lo, three tile products per
@@ -43,8 +46,7 @@ from caddtree.errors import CaddtreeError
 
 # in cost-profile keys (`kernel_version()`): bump when the CPU kernels change (linears here, attention and KV cache in
 # caddtree.target, the DFlash drafter's output head), so no stale profile is reused
-VERSIONS = {"panel": "panel1", "amx": "amx1"}
-PANEL = 64  # output columns per panel (panel_linear.cpp's P)
+VERSIONS = {"panel": "panel2", "amx": "amx1"}  # panel2: the panel width follows the vector registers (was 64 always)
 ROW_GROUP = {"panel": 6, "amx": 16}  # rows per pass: panel_linear.cpp's G_MAX, the rows of one AMX tile
 MAX_ROWS = 96  # above this PyTorch's GEMM wins (prefill); measured with `python -m caddtree.kernels`
 
@@ -116,12 +118,18 @@ def row_group() -> int:
     return ROW_GROUP[_kind()]
 
 
-def to_panels(weight: torch.Tensor) -> torch.Tensor:
-    """W [N, K] -> panels [ceil(N/64), K, 64], zero-padded: panel b, row k = W[64b : 64b+64, k]."""
+def panel_width() -> int:
+    """Output columns per panel of this machine's build (panel_linear.cpp's P: 64 with AVX-512, 16 with AVX2)."""
+    return _library().panel_width()
+
+
+def to_panels(weight: torch.Tensor, width: int | None = None) -> torch.Tensor:
+    """W [N, K] -> panels [ceil(N/P), K, P], zero-padded: panel b, row k = W[Pb : Pb+P, k]; P = panel_width()."""
+    p = width or panel_width()
     n, k = weight.shape
-    blocks = -(-n // PANEL)
-    padded = F.pad(weight.detach().float(), (0, 0, 0, blocks * PANEL - n))  # [blocks*64, K]
-    return padded.view(blocks, PANEL, k).transpose(1, 2).contiguous()
+    blocks = -(-n // p)
+    padded = F.pad(weight.detach().float(), (0, 0, 0, blocks * p - n))  # [blocks*P, K]
+    return padded.view(blocks, p, k).transpose(1, 2).contiguous()
 
 
 class PackedLinear(nn.Module):
@@ -135,7 +143,7 @@ class PackedLinear(nn.Module):
         self.kind = kind or _kind()
         if self.kind == "amx":  # [ceil(N/64), ceil(K/32), 4, 2, 16, 32] bf16 hi/lo tiles
             self.packed = _library().amx_pack(weight.detach().float().contiguous())
-        else:  # [ceil(N/64), K, 64]
+        else:  # [ceil(N/P), K, P]
             self.packed = to_panels(weight)
 
     def __deepcopy__(self, memo):

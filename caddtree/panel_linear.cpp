@@ -2,12 +2,16 @@
 // Two kernels: the panel kernel (any CPU with a C++ compiler) and, where the CPU and OS offer AMX, the AMX kernel
 // below (opt-in: CADDTREE_CPU_KERNEL=amx).
 //
-// Panel kernel: W is pre-packed into panels [ceil(N/64), K, 64]: panel b holds output columns 64b..64b+63, row k of
-// a panel is W[64b:64b+64, k]. A panel is read front to back exactly once from memory and then reused from L2 for
-// every group of up to 6 input rows, so the weights stream at memory speed whatever the row count, and no horizontal
-// sums are needed: each output is one accumulator lane, summed over k in order. That order does not depend on the
-// other rows, so a row's result is the same bit for bit whether it is multiplied alone (plain decoding) or in a batch
-// (tree verification).
+// Panel kernel: W is pre-packed into panels [ceil(N/P), K, P]: panel b holds output columns Pb..Pb+P-1, row k of a
+// panel is W[Pb:Pb+P, k]. A panel is read front to back exactly once from memory and then reused from L2 for every
+// group of up to 6 input rows, so the weights stream at memory speed whatever the row count, and no horizontal sums
+// are needed: each output is one accumulator lane, summed over k in order. That order does not depend on the other
+// rows, so a row's result is the same bit for bit whether it is multiplied alone (plain decoding) or in a batch
+// (tree verification). The panel width P is set by the vector registers the build targets (-march=native), so that
+// 6 rows of accumulators plus one panel row stay in registers: 64 with AVX-512 (32 zmm: 24 + 4), 16 with AVX/AVX2
+// (16 ymm: 12 + 2, the shape of BLIS's Haswell kernel), 8 with SSE only, 16 with 4-lane NEON (32 q registers). A
+// 64-wide panel on AVX2 spills 48 accumulator registers to the stack: 10x slower per row (measured on an AMD EPYC
+// without AVX-512, results/kernels-avx2/).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -25,34 +29,45 @@
 
 namespace {
 
-typedef float v16 __attribute__((vector_size(64)));  // GCC/Clang vector: AVX-512, 2x AVX2 or 4x NEON registers
-constexpr int64_t P = 64;                              // panel width: 4 vectors
-constexpr int G_MAX = 6;                               // rows per pass: 6 x 4 accumulators + 4 weights fit 32 zmm
+#if defined(__AVX512F__)
+constexpr int VL = 16;     // floats per vector register
+constexpr int64_t P = 64;  // panel width
+#elif defined(__AVX__)
+constexpr int VL = 8;
+constexpr int64_t P = 16;
+#elif defined(__x86_64__) || defined(__i386__)
+constexpr int VL = 4;
+constexpr int64_t P = 8;
+#else
+constexpr int VL = 4;
+constexpr int64_t P = 16;
+#endif
+constexpr int NV = int(P / VL);  // vectors per panel row
+constexpr int G_MAX = 6;         // rows per pass: 6 x NV accumulators + NV weights fit the vector registers
+typedef float vec __attribute__((vector_size(4 * VL)));  // GCC/Clang vector extension: one register
 
-inline v16 load(const float* p) { v16 v; std::memcpy(&v, p, sizeof v); return v; }
-inline void store(float* p, v16 v) { std::memcpy(p, &v, sizeof v); }
+inline vec load(const float* p) { vec v; std::memcpy(&v, p, sizeof v); return v; }
+inline void store(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
 
-// y[m0 : m0+G, n0 : n0+64] (clipped at N) from x [M, K] and one panel [K, 64]
+// y[m0 : m0+G, n0 : n0+P] (clipped at N) from x [M, K] and one panel [K, P]
 template <int G>
 void panel_rows(const float* x, int64_t K, const float* panel, float* y, int64_t N, int64_t m0, int64_t n0) {
-  v16 acc[G][4];
+  vec acc[G][NV];
   for (int g = 0; g < G; ++g)
-    for (int j = 0; j < 4; ++j) acc[g][j] = v16{};
+    for (int j = 0; j < NV; ++j) acc[g][j] = vec{};
   for (int64_t k = 0; k < K; ++k) {
     const float* w = panel + k * P;
-    const v16 w0 = load(w), w1 = load(w + 16), w2 = load(w + 32), w3 = load(w + 48);
+    vec wk[NV];
+    for (int j = 0; j < NV; ++j) wk[j] = load(w + VL * j);
     for (int g = 0; g < G; ++g) {
       const float s = x[(m0 + g) * K + k];
-      acc[g][0] += w0 * s;
-      acc[g][1] += w1 * s;
-      acc[g][2] += w2 * s;
-      acc[g][3] += w3 * s;
+      for (int j = 0; j < NV; ++j) acc[g][j] += wk[j] * s;
     }
   }
   const int64_t valid = std::min(P, N - n0);
   for (int g = 0; g < G; ++g) {
     float out[P];
-    for (int j = 0; j < 4; ++j) store(out + 16 * j, acc[g][j]);
+    for (int j = 0; j < NV; ++j) store(out + VL * j, acc[g][j]);
     std::memcpy(y + (m0 + g) * N + n0, out, valid * sizeof(float));
   }
 }
@@ -72,12 +87,14 @@ void panel_all_rows(const float* x, int64_t M, int64_t K, const float* panel, fl
 
 }  // namespace
 
-// x [M, K] fp32 contiguous, panels [ceil(N/64), K, 64] fp32 contiguous -> y [M, N]
+int64_t panel_width() { return P; }
+
+// x [M, K] fp32 contiguous, panels [ceil(N/P), K, P] fp32 contiguous -> y [M, N]
 torch::Tensor panel_linear(torch::Tensor x, torch::Tensor panels, int64_t N) {
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat, "x: [M, K] contiguous fp32");
   TORCH_CHECK(panels.dim() == 3 && panels.is_contiguous() && panels.size(2) == P && panels.size(1) == x.size(1) &&
                   panels.size(0) * P >= N && panels.scalar_type() == torch::kFloat,
-              "panels: [ceil(N/64), K, 64] contiguous fp32");
+              "panels: [ceil(N/P), K, P] contiguous fp32 (P = panel_width())");
   const int64_t M = x.size(0), K = x.size(1), blocks = panels.size(0);
   auto y = torch::empty({M, N}, x.options());
   const float* xp = x.data_ptr<float>();
@@ -104,6 +121,7 @@ namespace {
 constexpr int64_t TK = 32;    // inputs per tile step
 constexpr int64_t TILE = 512; // bf16 per weight tile: 16 pair-rows x 32
 constexpr int64_t ROWS = 16;  // rows per tile
+constexpr int64_t AP = 64;    // output columns per packed panel: 4 column tiles
 
 inline uint16_t bf16_round(float f) {  // round to nearest even (finite inputs)
   uint32_t u;
@@ -186,13 +204,13 @@ bool amx_available() {
 // W [N, K] fp32 contiguous -> the packed layout above (int16 storage of the bf16 bits)
 torch::Tensor amx_pack(torch::Tensor w) {
   TORCH_CHECK(w.dim() == 2 && w.is_contiguous() && w.scalar_type() == torch::kFloat, "w: [N, K] contiguous fp32");
-  const int64_t N = w.size(0), K = w.size(1), steps = (K + TK - 1) / TK, blocks = (N + P - 1) / P;
+  const int64_t N = w.size(0), K = w.size(1), steps = (K + TK - 1) / TK, blocks = (N + AP - 1) / AP;
   auto packed = torch::zeros({blocks, steps, 4, 2, 16, 32}, torch::kInt16);
   uint16_t* o = reinterpret_cast<uint16_t*>(packed.data_ptr<int16_t>());
   const float* wp = w.data_ptr<float>();
   for (int64_t n = 0; n < N; ++n)
     for (int64_t k = 0; k < K; ++k) {
-      const int64_t tile = ((n / P) * steps + k / TK) * 4 + (n % P) / 16;  // index of the (hi) tile
+      const int64_t tile = ((n / AP) * steps + k / TK) * 4 + (n % AP) / 16;  // index of the (hi) tile
       const int64_t at = tile * 2 * TILE + (k % TK) / 2 * 32 + (n % 16) * 2 + k % 2;
       bf16_split(wp[n * K + k], o[at], o[at + TILE]);
     }
@@ -203,7 +221,7 @@ torch::Tensor amx_pack(torch::Tensor w) {
 torch::Tensor amx_linear(torch::Tensor x, torch::Tensor packed, int64_t N) {
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat, "x: [M, K] contiguous fp32");
   TORCH_CHECK(packed.dim() == 6 && packed.scalar_type() == torch::kInt16 && packed.size(1) * TK >= x.size(1) &&
-                  packed.size(1) * TK - x.size(1) < TK && packed.size(0) * P >= N,
+                  packed.size(1) * TK - x.size(1) < TK && packed.size(0) * AP >= N,
               "packed: amx_pack of a [N, K] weight");
 #ifdef CADDTREE_AMX
   TORCH_CHECK(amx_available(), "AMX tiles not available to this process");
@@ -219,15 +237,15 @@ torch::Tensor amx_linear(torch::Tensor x, torch::Tensor packed, int64_t N) {
   const uint16_t* pp = reinterpret_cast<const uint16_t*>(packed.data_ptr<int16_t>());
   const int64_t panel_size = (Kp / TK) * 8 * TILE;
   at::parallel_for(0, blocks, 4, [&](int64_t b0, int64_t b1) {  // tile state is per thread: configure here
-    alignas(64) float out[ROWS * P];
+    alignas(64) float out[ROWS * AP];
     int configured = 0;
     for (int64_t b = b0; b < b1; ++b)
       for (int64_t m0 = 0; m0 < M; m0 += ROWS) {  // a panel stays in L2 across the row groups
         const int m = int(std::min(ROWS, M - m0));
         if (m != configured) configure_tiles(configured = m);
         amx_panel(xh + m0 * Kp, xl + m0 * Kp, Kp, pp + b * panel_size, out);
-        const int64_t n0 = b * P, valid = std::min(P, N - n0);
-        for (int r = 0; r < m; ++r) std::memcpy(yp + (m0 + r) * N + n0, out + r * P, valid * sizeof(float));
+        const int64_t n0 = b * AP, valid = std::min(AP, N - n0);
+        for (int r = 0; r < m; ++r) std::memcpy(yp + (m0 + r) * N + n0, out + r * AP, valid * sizeof(float));
       }
     _tile_release();
   });
@@ -239,6 +257,7 @@ torch::Tensor amx_linear(torch::Tensor x, torch::Tensor packed, int64_t N) {
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("panel_width", &panel_width, "output columns per panel in this build");
   m.def("panel_linear", &panel_linear, "y = x @ W^T from W's panels");
   m.def("amx_available", &amx_available, "the AMX kernel can run here");
   m.def("amx_pack", &amx_pack, "W [N, K] -> AMX bf16 hi/lo tiles");

@@ -1,5 +1,8 @@
 """CPU linear kernels (panel, and AMX where the CPU has it): same numbers as nn.Linear, a row's result independent of
 the batch, tied weights stay tied, and decoding stays lossless."""
+import platform
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -67,11 +70,24 @@ def test_packed_linear_same_bits_on_more_threads(kind):
     assert torch.equal(one, two)
 
 
-def test_panels_layout():
+@pytest.mark.parametrize("width", [64, 16, 8])
+def test_panels_layout(width):
     w = torch.arange(70 * 3, dtype=torch.float32).view(70, 3)
-    p = to_panels(w)
-    assert p.shape == (2, 3, 64)
-    assert torch.equal(p[1, 2, :6], w[64:, 2]) and not p[1, :, 6:].any()  # zero padding past N
+    p = to_panels(w, width)
+    blocks, last = -(-70 // width), 70 - (70 // width) * width
+    assert p.shape == (blocks, 3, width)
+    assert torch.equal(p[-1, 2, :last], w[70 - last:, 2]) and not p[-1, :, last:].any()  # zero padding past N
+    assert torch.equal(p[0, 1], w[:width, 1])
+
+
+@needs_kernel
+def test_panel_width_matches_the_vector_registers():
+    """A panel 6 rows of accumulators wide must fit the registers: 64 columns only where AVX-512 gives 32 zmm."""
+    flags = open("/proc/cpuinfo").read() if Path("/proc/cpuinfo").exists() else ""
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert kernels.panel_width() == (64 if " avx512f" in flags else 16 if " avx" in flags else 8)
+    else:
+        assert kernels.panel_width() in (16, 64)
 
 
 @needs_kernel
@@ -101,10 +117,10 @@ def test_kernel_choice_from_the_environment(monkeypatch):
     kernels._kind.cache_clear()
     try:
         monkeypatch.delenv("CADDTREE_CPU_KERNEL", raising=False)
-        assert kernels._kind() == "panel" and kernel_version() == "panel1"  # AMX is opt-in
+        assert kernels._kind() == "panel" and kernel_version() == "panel2"  # AMX is opt-in
         kernels._kind.cache_clear()
         monkeypatch.setenv("CADDTREE_CPU_KERNEL", "amx" if HAS_AMX else "panel")
-        assert kernel_version() == ("amx1" if HAS_AMX else "panel1")
+        assert kernel_version() == ("amx1" if HAS_AMX else "panel2")
         kernels._kind.cache_clear()
         monkeypatch.setenv("CADDTREE_CPU_KERNEL", "fast")
         with pytest.raises(CaddtreeError, match="use panel \\(default\\) or amx"):
