@@ -10,7 +10,7 @@
 // (tree verification). The panel width P is set by the vector registers the build targets (-march=native), so that
 // 6 rows of accumulators plus one panel row stay in registers: 64 with AVX-512 (32 zmm: 24 + 4), 16 with AVX/AVX2
 // (16 ymm: 12 + 2, the shape of BLIS's Haswell kernel), 8 with SSE only, 16 with 4-lane NEON (32 q registers). A
-// 64-wide panel on AVX2 spills 48 accumulator registers to the stack: 10x slower per row (measured on an AMD EPYC
+// 64-wide panel on AVX2 spills 48 accumulator registers to the stack: 5-15x slower from 5 rows on (an AMD EPYC
 // without AVX-512, results/kernels-avx2/).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
