@@ -151,19 +151,29 @@ class DraftGate:
     CaDDTree maximises θ = (1 + Φ) / (C_d + C_v) over the tree; this extends the choice to C_d itself. Each round
     θ1, the best θ with q1 alone (C_d = the first stage's), is known before paying for stage 2; θ2 is not. The gate
     keeps, per band of the ratio θ1 / θ0 (θ0: a plain step's θ), the running mean of the gain θ2 - θ1 observed in the
-    rounds where it ran stage 2, and runs stage 2 only where that mean is positive. The engine feeds it either the
+    rounds where it ran stage 2 (each gain weighted by `memory` ** its age, normalised by the weights' sum, so the
+    first observations count equally instead of the first one dominating), and runs stage 2 only where that mean is
+    positive. The engine feeds it either the
     realised gain (default: each θ with 1 + the tokens its tree would have had accepted, known once the output has
     passed the round, over the cost model's round time; `accept.accepted_along`) or the predicted one (1 + Φ from the
     calibrated marginals, which inherits their miscalibration): e.g. on chat text the trained drafter rarely pays its
     cost, and where the lookup already has a long confident match it adds little. A band that skips keeps being
     re-checked every `explore_every` rounds, and each band runs stage 2 for its first `warmup` rounds, so the gate
-    follows a change of text. Only the draft changes, never the output.
+    follows a change of text. The engine resets it at the start of each generation: what stage 2 gains depends on
+    the text (on MBPP its mean gain per band was positive, on LiveCodeBench negative in every band,
+    results/gate-reset/), and gains carried over from another prompt made a run's speed depend on the prompts
+    decoded before it. Only the draft changes, never the output.
     """
 
     def __init__(self, bands=(1.05, 1.3, 1.7), memory: float = 0.9, explore_every: int = 8, warmup: int = 3):
         self.bands, self.memory, self.explore_every, self.warmup = tuple(bands), memory, explore_every, warmup
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every band's observations (a new text)."""
         k = len(self.bands) + 1
         self.gain = [0.0] * k     # running mean of θ2 - θ1 per band (in the unit of the θs given, e.g. tokens per s)
+        self.weight = [0.0] * k   # sum of the observations' weights memory ** age (the mean's normaliser)
         self.seen = [0] * k       # rounds per band where stage 2 ran
         self.skipped = [0] * k    # rounds skipped in a row per band
 
@@ -180,6 +190,7 @@ class DraftGate:
 
     def observe(self, band: int, theta1: float, theta2: float) -> None:
         """Stage 2 ran: record its gain (realised or predicted) over stage 1 alone."""
-        g = theta2 - theta1
-        self.gain[band] = g if self.seen[band] == 0 else self.memory * self.gain[band] + (1 - self.memory) * g
+        w = self.memory * self.weight[band]
+        self.weight[band] = w + 1.0
+        self.gain[band] = (w * self.gain[band] + (theta2 - theta1)) / self.weight[band]
         self.seen[band] += 1

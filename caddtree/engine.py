@@ -259,6 +259,8 @@ class Decoder:
             _, feats = target.forward(prompt_ids[:-1], cache)  # everything but the root
         if speculative:
             self.drafter.reset(prompt_ids)
+        if self.gate is not None:  # what the costly stage gains is learned on this text, not carried over from another
+            self.gate.reset()
         result = GenerationResult(prompt_len=P, tokens=[], prefill_ms=1000 * (_now(device) - t0))
 
         committed = prompt_ids.tolist()

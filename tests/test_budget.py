@@ -197,6 +197,21 @@ def test_draft_gate_warms_up_skips_losing_bands_and_rechecks_them():
     assert gate.gain[0] > 0 and gate.run_rest(0)
 
 
+def test_draft_gate_weighs_its_first_observations_alike_and_resets():
+    from caddtree.budget import DraftGate
+    gate = DraftGate(bands=(1.05,), memory=0.9, warmup=3)
+    for g in (-1.0, 2.0, 2.0):  # one unlucky first round, then two gains: an EMA started at -1 would still be < 0
+        assert gate.run_rest(0)
+        gate.observe(0, theta1=1.0, theta2=1.0 + g)
+    assert gate.gain[0] == pytest.approx((0.81 * -1.0 + 0.9 * 2.0 + 2.0) / (0.81 + 0.9 + 1.0))
+    assert gate.run_rest(0)
+    for _ in range(200):  # long run: the mean forgets at rate `memory`, the old weights drop out
+        gate.observe(0, 1.0, 0.5)
+    assert gate.gain[0] == pytest.approx(-0.5) and not gate.run_rest(0)
+    gate.reset()
+    assert gate.gain == [0.0, 0.0] and gate.seen == [0, 0] and gate.run_rest(0)
+
+
 def test_phi_calibration_learns_acceptance_rates_and_keeps_the_order():
     import numpy as np
 

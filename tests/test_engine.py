@@ -247,7 +247,7 @@ def test_gated_two_stage_caddtree_is_exact_and_skips_where_stage_two_does_not_pa
     from caddtree.costmodel import CostModel
     target = make_tiny_target(seed)
     p = prompt(seed, 16)
-    expect = reference_greedy(target, p, 40)
+    expect = reference_greedy(target, p, 80)
     cv = np.r_[10.0, 10.0 + 0.5 * np.arange(1, 17)]  # C_v(n) for n = 0..16
     cost = CostModel([1], cv[None], np.zeros(17), [stage2_ms], [0.0], cheap_draft=[0.1])
     mix = LookupMixtureDrafter(FeatureLog(target.vocab_size, num_positions=4, seed=seed),
@@ -255,13 +255,14 @@ def test_gated_two_stage_caddtree_is_exact_and_skips_where_stage_two_does_not_pa
     dec = Decoder(target, mix, method="caddtree", cost_model=cost)
     assert dec.gate is not None and Decoder(target, mix, "caddtree", cost_model=cost, gate=False).gate is None
     ran = []
-    for _ in range(2):  # the gate keeps what it learned across generations
-        out = dec.generate(p, 40)
+    for _ in range(2):
+        out = dec.generate(p, 80)
         assert out.tokens == expect
         assert all(isinstance(r.second_stage, bool) for r in out.rounds[:-1])  # the last round may have no room
-        ran += [r.second_stage for r in out.rounds if r.second_stage is not None]
+        ran.append([r.second_stage for r in out.rounds if r.second_stage is not None])
+        assert ran[-1][0] and 0 < sum(dec.gate.seen) <= sum(ran[-1])  # each generation starts afresh
     if stage2_ms == 50.0:  # costs 5 plain steps: after its warm-up the gate skips, re-checking every 8th round
-        assert 0 < sum(ran) < len(ran) / 2, ran
+        assert all(0 < sum(r) < len(r) / 2 for r in ran), ran
 
 
 @pytest.mark.parametrize("seed", range(2))
