@@ -153,13 +153,12 @@ class DraftGate:
     keeps, per band of the ratio θ1 / θ0 (θ0: a plain step's θ), the running mean of the gain θ2 - θ1 observed in the
     rounds where it ran stage 2 (each gain weighted by `memory` ** its age, normalised by the weights' sum, so the
     first observations count equally instead of the first one dominating), and runs stage 2 only where that mean is
-    positive. The engine feeds it either the
-    realised gain (default: each θ with 1 + the tokens its tree would have had accepted, known once the output has
-    passed the round, over the cost model's round time; `accept.accepted_along`) or the predicted one (1 + Φ from the
-    calibrated marginals, which inherits their miscalibration): e.g. on chat text the trained drafter rarely pays its
-    cost, and where the lookup already has a long confident match it adds little. A band that skips keeps being
-    re-checked every `explore_every` rounds, and each band runs stage 2 for its first `warmup` rounds, so the gate
-    follows a change of text. The engine resets it at the start of each generation: what stage 2 gains depends on
+    positive. The engine feeds it either the realised gain (default: each θ with 1 + the tokens its tree would have
+    had accepted, known once the output has passed the round, over the cost model's round time;
+    `accept.accepted_along`) or the predicted one (1 + Φ from the calibrated marginals, which inherits their
+    miscalibration): e.g. on chat text the trained drafter rarely pays its cost, and where the lookup already has a
+    long confident match it adds little. A band that skips keeps being re-checked every `explore_every` rounds, and
+    each band runs stage 2 for its first `warmup` rounds, so the gate follows a change of text. The engine resets it at the start of each generation: what stage 2 gains depends on
     the text (on MBPP its mean gain per band was positive, on LiveCodeBench negative in every band,
     results/gate-reset/), and gains carried over from another prompt made a run's speed depend on the prompts
     decoded before it. Only the draft changes, never the output.
