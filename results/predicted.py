@@ -41,7 +41,7 @@ for r in recs:
     table[(r["dataset"], r["prompt_id"])][r["method"]] = predicted_ms_per_token(r)
 methods = sorted({m for v in table.values() for m in v}, key=lambda m: (m != "ar", m != "caddtree", m))
 fixed = [m for m in methods if m.startswith("ddtree:")]
-print(f"{run}: predicted ms/token (median over prompts), profile {cm.provenance.get('profiled', '?')}")
+print(f"{run}: predicted ms/token (median over prompts), profile of {cm.provenance.get('date', '?')}")
 print("| dataset | " + " | ".join(methods) + " | CaDDTree / oracle |")
 print("|---|" + "---:|" * (len(methods) + 1))
 for ds in dict.fromkeys(d for d, _ in table):
