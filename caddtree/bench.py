@@ -466,7 +466,32 @@ def _run_one(m, target, ids, max_new_tokens, sampling, seed, decoder) -> dict:
                overhead_ms=sum(r.build_ms + r.compact_ms for r in res.rounds),
                build_ms=sum(r.build_ms for r in res.rounds),  # tree build + budget choice: the policy's own cost
                second_stage_rounds=None if dec.gate is None else sum(bool(r.second_stage) for r in res.rounds))
+    if dec.gate is not None:  # per round, so the cost model can price each round's draft (`priced_ms_per_token`)
+        rec["second_stage"] = [int(bool(r.second_stage)) for r in res.rounds]
     return rec
+
+
+def priced_ms_per_token(r: dict, cost) -> float | None:
+    """A record's decode ms/token priced by the cost model instead of the clock: each round at C_d (the first
+    stage's where the draft gate skipped the costly one), overhead and C_v(n; ℓ), ℓ rebuilt from the accepted
+    tokens; `ar` at C_v(0; ℓ) alone. What the policy chose, priced as CaDDTree itself prices it, free of the
+    machine's timing noise. Records from before the per-round `second_stage` list price every round's draft at
+    the run's share of costly rounds. None where there is nothing to price (peers, trees past the profile)."""
+    sizes, acc = r.get("tree_sizes"), r.get("accepted")
+    if cost is None or not sizes or acc is None or max(sizes) > cost.max_nodes:
+        return None
+    speculative = r["method"] != "ar"
+    full = r.get("second_stage")
+    if full is None:
+        share = 1.0 if r.get("second_stage_rounds") is None else r["second_stage_rounds"] / len(sizes)
+        full = [share] * len(sizes)
+    ctx, total = r["prompt_len"] - 1, 0.0
+    for n, a, f in zip(sizes, acc, full):
+        total += cost.verify_ms(n, ctx)
+        if speculative:
+            total += cost.overhead_ms(ctx) + f * cost.draft_ms(ctx) + (1 - f) * cost.cheap_draft_ms(ctx)
+        ctx += a + 1
+    return total / r["new_tokens"]
 
 
 # ---------------------------------------------------------------------------------------------------------- summary
@@ -477,8 +502,12 @@ def _family(method: str):
     return (name, int(arg)) if arg.isdigit() else (method, None)
 
 
-def summarize(records: list[dict]) -> dict:
-    """records -> {"rows": [per dataset x method], "oracle": [per dataset x fixed-budget family]}."""
+def summarize(records: list[dict], price=None) -> dict:
+    """records -> {"rows": [per dataset x method], "oracle": [per dataset x fixed-budget family]}.
+
+    price(record) -> ms/token or None, optional (`priced_ms_per_token` with the run's cost model): each row then
+    also has the median priced ms/token, and each oracle row CaDDTree's ratio to the best fixed budget by that
+    price (the policy's choices compared without the clock's noise)."""
     ok = [r for r in records if "ms_per_token" in r and not r.get("error") and not r.get("skipped")]
     datasets = list(dict.fromkeys(r["dataset"] for r in records))
     methods = list(dict.fromkeys(r["method"] for r in records))
@@ -499,8 +528,10 @@ def summarize(records: list[dict]) -> dict:
             matched = [r["match_ar"] for r in rs if r.get("match_ar") is not None]
             priced = [(f, a) for r in rs for f, a in zip(r.get("predicted_phi") or [], r.get("accepted", []))
                       if f is not None]
+            prices = [price(r) for r in rs] if price is not None else []
             rows.append({
                 "dataset": ds, "method": m, "n": len(rs), "ms_per_token": med[m],
+                "priced_ms_per_token": (statistics.median(prices) if prices and None not in prices else None),
                 "speedup": med["ar"] / med[m] if "ar" in med else None,
                 "tau": sum(r["new_tokens"] for r in rs) / rounds if rounds else None,
                 "tree_size_mean": float(np.mean(sizes)) if sizes else None,
@@ -522,13 +553,19 @@ def summarize(records: list[dict]) -> dict:
             if not fixed:
                 continue
             best_ms, best_b, best_method = min(fixed)
+            fixed_priced = [(by[(ds, m)]["priced_ms_per_token"], b, m) for _, b, m in fixed
+                            if by[(ds, m)]["priced_ms_per_token"] is not None]
+            priced_ms, priced_b, _ = min(fixed_priced) if len(fixed_priced) == len(fixed) else (None, None, None)
             variants = [m for m in methods if (ds, m) in by and m.partition("@")[0] == ours] or [ours]  # @cd2, ...
             for m in variants:
                 o = {"dataset": ds, "family": fam, "oracle_budget": best_b, "oracle_ms_per_token": best_ms,
-                     "method": m, "ms_per_token": None, "ratio": None}
+                     "method": m, "ms_per_token": None, "ratio": None, "priced_oracle_budget": priced_b,
+                     "priced_ratio": None}
                 if (ds, m) in by:
                     o["ms_per_token"] = by[(ds, m)]["ms_per_token"]
                     o["ratio"] = o["ms_per_token"] / best_ms  # <= 1: CaDDTree at least as fast as the oracle budget
+                    if priced_ms is not None and by[(ds, m)]["priced_ms_per_token"] is not None:
+                        o["priced_ratio"] = by[(ds, m)]["priced_ms_per_token"] / priced_ms
                     o.update(paired_ratio(ok, ds, m, best_method))
                 oracle.append(o)
     return {"rows": rows, "oracle": oracle}
@@ -563,11 +600,14 @@ def write_summary(summary: dict, out_dir, header: str = "") -> str:
     """summary.md + summary.csv in out_dir; returns the Markdown."""
     out_dir = Path(out_dir)
     rows, oracle = summary["rows"], summary["oracle"]
+    priced = any(r.get("priced_ms_per_token") is not None for r in rows)  # a column only where a profile priced
     md = [header, "| dataset | method | n | ms/token (median) | speed-up vs ar | τ | tree size mean ± std | "
-                  "exact match vs ar |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+                  "exact match vs ar |" + (" priced ms/token |" if priced else ""),
+          "|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if priced else "")]
     for r in rows:
         if not r["n"]:
-            md.append(f"| {r['dataset']} | {r['method']} | 0 | – | – | – | – | {r['note']} |")
+            md.append(f"| {r['dataset']} | {r['method']} | 0 | – | – | – | – | {r['note']} |"
+                      + (" – |" if priced else ""))
             continue
         ts = "–" if r["tree_size_mean"] is None else f"{r['tree_size_mean']:.1f} ± {r['tree_size_std']:.1f}"
         if r.get("second_stage_share") is not None:  # two-stage drafter under the draft gate
@@ -576,21 +616,28 @@ def write_summary(summary: dict, out_dir, header: str = "") -> str:
             ts += f"; Φ {r['phi_predicted']:.2f} expected, {r['phi_accepted']:.2f} accepted"
         match = f"{r['match']}/{r['compared']}" if r["compared"] else "–"
         md.append(f"| {r['dataset']} | {r['method']} | {r['n']} | {r['ms_per_token']:.2f} | "
-                  f"{_f(r['speedup'], '{:.2f}x')} | {_f(r['tau'])} | {ts} | {match} |")
+                  f"{_f(r['speedup'], '{:.2f}x')} | {_f(r['tau'])} | {ts} | {match} |"
+                  + (f" {_f(r.get('priced_ms_per_token'))} |" if priced else ""))
     if oracle:
         md += ["", "Oracle fixed budget per dataset (best `ddtree:B` of this run, chosen after the runs) and "
                    "CaDDTree's ms/token ratio to it (< 1: CaDDTree faster): the ratio of the two medians, and the "
                    "median of the per-prompt ratios (the two ran back to back on each prompt) with its 90% bootstrap "
-                   "interval and the prompts on which CaDDTree was faster.", "",
+                   "interval and the prompts on which CaDDTree was faster."
+               + (" Priced: the same records priced by the run's cost model instead of the clock "
+                  "(`bench.priced_ms_per_token`), CaDDTree over the best fixed budget by that price (its B in "
+                  "brackets): the policy's choices without the machine's timing noise." if priced else ""), "",
                "| dataset | family | oracle B | oracle ms/token | method | ms/token | ratio "
-               "| per-prompt ratio [90% CI] | CaDDTree faster |", "|---|---|---:|---:|---|---:|---:|---:|---:|"]
+               "| per-prompt ratio [90% CI] | CaDDTree faster |" + (" priced ratio |" if priced else ""),
+               "|---|---|---:|---:|---|---:|---:|---:|---:|" + ("---:|" if priced else "")]
         for o in oracle:
             paired = _f(o.get("paired_ratio"), "{:.3f}")
             if o.get("paired_ci"):
                 paired += " [{:.2f}, {:.2f}]".format(*o["paired_ci"])
             faster = f"{o['paired_faster']}/{o['paired_n']}" if o.get("paired_n") else "–"
             md.append(f"| {o['dataset']} | {o['family']} | {o['oracle_budget']} | {o['oracle_ms_per_token']:.2f} | "
-                      f"{o['method']} | {_f(o['ms_per_token'])} | {_f(o['ratio'], '{:.3f}')} | {paired} | {faster} |")
+                      f"{o['method']} | {_f(o['ms_per_token'])} | {_f(o['ratio'], '{:.3f}')} | {paired} | {faster} |"
+                      + (f" {_f(o.get('priced_ratio'), '{:.3f}')} (B={o.get('priced_oracle_budget')}) |"
+                         if priced and o.get("priced_ratio") is not None else " – |" if priced else ""))
     bad = [r for r in rows if r["n"] and r["compared"] and r["match"] < r["compared"]]
     if bad:
         md += ["", "Exact-match failures vs `ar` (greedy): " + ", ".join(
@@ -599,10 +646,12 @@ def write_summary(summary: dict, out_dir, header: str = "") -> str:
     text = "\n".join(md) + "\n"
     (out_dir / "summary.md").write_text(text)
     keys = ["dataset", "method", "n", "ms_per_token", "speedup", "tau", "tree_size_mean", "tree_size_std", "match",
-            "compared", "drafter", "second_stage_share", "phi_predicted", "phi_accepted", "note"]
+            "compared", "drafter", "second_stage_share", "phi_predicted", "phi_accepted", "priced_ms_per_token",
+            "note"]
     with open(out_dir / "summary.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys + ["oracle_budget", "oracle_ms_per_token", "ratio_to_oracle",
-                                                 "paired_ratio_to_oracle", "paired_ci_low", "paired_ci_high"],
+                                                 "paired_ratio_to_oracle", "paired_ci_low", "paired_ci_high",
+                                                 "priced_oracle_budget", "priced_ratio_to_oracle"],
                            extrasaction="ignore")
         w.writeheader()
         for r in rows:
@@ -611,7 +660,8 @@ def write_summary(summary: dict, out_dir, header: str = "") -> str:
             w.writerow({**r, "oracle_budget": o.get("oracle_budget"),
                         "oracle_ms_per_token": o.get("oracle_ms_per_token"), "ratio_to_oracle": o.get("ratio"),
                         "paired_ratio_to_oracle": o.get("paired_ratio"), "paired_ci_low": ci[0],
-                        "paired_ci_high": ci[1]})
+                        "paired_ci_high": ci[1], "priced_oracle_budget": o.get("priced_oracle_budget"),
+                        "priced_ratio_to_oracle": o.get("priced_ratio")})
     return text
 
 
@@ -747,6 +797,22 @@ def _parse_part(text: str) -> tuple[int, int]:
     return i, k
 
 
+def saved_cost_models(out: Path, default_drafter) -> dict:
+    """The cost models a run saved beside its records, by drafter class name: `cost_model_<Drafter>.json`, and
+    `cost_model.json` for the run's default drafter (`default_drafter()` loads it) if it was profiled for that
+    drafter (its C_d is the drafter's own)."""
+    from caddtree.costmodel import load_cost_model
+    from caddtree.profile import drafter_id
+    found = {}
+    for path in sorted(out.glob("cost_model*.json")):
+        cm = load_cost_model(path)
+        if path.stem != "cost_model":
+            found[path.stem[len("cost_model_"):]] = cm
+        elif cm.provenance.get("drafter_id") == drafter_id(drafter := default_drafter()):
+            found[type(drafter).__name__] = cm
+    return found
+
+
 def cmd_bench(args) -> None:
     from caddtree.accept import SamplingParams
     from caddtree.cli import load_drafter_spec, setup_torch
@@ -809,12 +875,18 @@ def cmd_bench(args) -> None:
               f"{f', the fastest of {repeats} runs per prompt and method' if repeats > 1 else ''} "
               f"(HF peers: t(N tokens) - t(1 token) over N - 1; llama.cpp: its token stream, token 1 to N); "
               f"speed-up = median ms/token of `ar` / the method's.\n")
-    summary = summarize(records)
-    text = write_summary(summary, out, header)
-    write_plots(records, summary, out)
     # all resumed, or --report: keep the profiles the run saved; only a directory without one gets the cached profile
     if not cms and not (out / "cost_model.json").is_file() and any("caddtree" in m for m in methods):
         cost_model_for(load_drafter_spec(args.drafter, target))
+    pricing = cms or saved_cost_models(out, lambda: load_drafter_spec(args.drafter, target))
+
+    def price(r: dict) -> float | None:  # at its drafter's profile; plain decoding at any (C_v is the target's)
+        shared = next(iter(pricing.values()), None) if r["method"] == "ar" else None
+        return priced_ms_per_token(r, pricing.get(r.get("drafter") or "", shared))
+
+    summary = summarize(records, price)
+    text = write_summary(summary, out, header)
+    write_plots(records, summary, out)
     for i, (name, cm) in enumerate(cms.items()):  # the profiles the run used, kept beside its results
         stem = "cost_model" if i == 0 else f"cost_model_{name}"  # the first: the default drafter's
         plot_cost_model(cm, out / f"{stem}.png")

@@ -17,7 +17,7 @@ from caddtree.errors import CaddtreeError
 from conftest import OracleDrafter, make_tiny_target
 
 MEAS = {"ns": [0, 1, 2, 4, 8, 16], "ctxs": [16, 256], "verify_ms": [[5, 6, 6.5, 7, 8, 10], [6, 7, 7.5, 8, 9.5, 12]],
-        "draft_ms": [1.0, 1.2], "overhead_ms": 0.2}
+        "draft_ms": [1.0, 1.2], "overhead_ms": 0.2, "cheap_draft_ms": [0.1, 0.1]}  # the mix drafter runs gated
 
 
 def _jsonl(path, recs):
@@ -138,6 +138,74 @@ def test_summary_and_oracle_on_synthetic_records(tmp_path):
                                                                       "budget_sweep.png"}
 
 
+def _linear_cost():
+    """C_v(n; ℓ) = ℓ + n ms (interpolated between ℓ = 10 and 20), C_d 2 ms, first stage 0.25 ms, overhead 0.5 ms."""
+    from caddtree.costmodel import CostModel
+    n = np.arange(9.0)
+    return CostModel([10, 20], np.stack([10 + n, 20 + n]), np.ones(9), [2.0, 2.0], [0.5, 0.5], [0.25, 0.25])
+
+
+def test_priced_ms_per_token_rebuilds_the_context_and_prices_each_rounds_draft():
+    cost = _linear_cost()
+    # rounds at ℓ = 10, 13, 14: (13 + 0.5 + 2) + (13 + 0.5 + 0.25) + (19 + 0.5 + 2) over 6 tokens
+    rec = {"method": "caddtree", "prompt_len": 11, "tree_sizes": [3, 0, 5], "accepted": [2, 0, 1],
+           "second_stage": [1, 0, 1], "second_stage_rounds": 2, "new_tokens": 6}
+    assert bench.priced_ms_per_token(rec, cost) == pytest.approx(50.75 / 6)
+    # a record from before the per-round list: every round's draft at the run's share (2 of 3) of costly rounds
+    old = {k: v for k, v in rec.items() if k != "second_stage"}
+    per_round = 0.5 + 2 * 2 / 3 + 0.25 / 3
+    assert bench.priced_ms_per_token(old, cost) == pytest.approx((13 + 13 + 19 + 3 * per_round) / 6)
+    # no gate: every round drafts fully; plain decoding: C_v(0; ℓ) alone
+    nogate = {k: v for k, v in old.items() if k != "second_stage_rounds"}
+    assert bench.priced_ms_per_token(nogate, cost) == pytest.approx((13 + 13 + 19 + 3 * 2.5) / 6)
+    ar = {"method": "ar", "prompt_len": 11, "tree_sizes": [0, 0], "accepted": [0, 0], "new_tokens": 2}
+    assert bench.priced_ms_per_token(ar, cost) == pytest.approx((10 + 11) / 2)
+    # nothing to price: a peer's record, a tree past the profile, no profile
+    assert bench.priced_ms_per_token({"method": "hf", "new_tokens": 5}, cost) is None
+    assert bench.priced_ms_per_token({**rec, "tree_sizes": [9, 0, 5]}, cost) is None
+    assert bench.priced_ms_per_token(rec, None) is None
+
+
+def test_summary_prices_the_oracle_by_the_cost_model(tmp_path):
+    cost = _linear_cost()
+    recs = []
+    for pid, (clock5, clock8) in enumerate([(20.0, 21.0), (22.0, 21.5), (21.0, 25.0)]):
+        base = {"prompt_len": 11, "config": "c", "match_ar": True, "prompt_id": str(pid), "dataset": "a"}
+        recs += [{**base, "method": "ar", "ms_per_token": 30.0, "new_tokens": 4, "rounds": 4, "tree_sizes": [0] * 4,
+                  "accepted": [0] * 4},
+                 {**base, "method": "ddtree:5", "ms_per_token": clock5, "new_tokens": 4, "rounds": 2,
+                  "tree_sizes": [5, 5], "accepted": [1, 1]},
+                 {**base, "method": "ddtree:8", "ms_per_token": clock8, "new_tokens": 4, "rounds": 1,
+                  "tree_sizes": [8], "accepted": [3]},
+                 {**base, "method": "caddtree", "ms_per_token": 21.0, "new_tokens": 4, "rounds": 2,
+                  "tree_sizes": [2, 6], "accepted": [1, 1]}]
+    s = bench.summarize(recs, lambda r: bench.priced_ms_per_token(r, cost))
+    row = {r["method"]: r for r in s["rows"]}
+    assert row["ar"]["priced_ms_per_token"] == pytest.approx((10 + 11 + 12 + 13) / 4)
+    assert row["ddtree:5"]["priced_ms_per_token"] == pytest.approx((15 + 2.5 + 17 + 2.5) / 4)
+    assert row["ddtree:8"]["priced_ms_per_token"] == pytest.approx((18 + 2.5) / 4)
+    assert row["caddtree"]["priced_ms_per_token"] == pytest.approx((12 + 2.5 + 18 + 2.5) / 4)
+    (o,) = s["oracle"]
+    assert (o["oracle_budget"], o["ratio"]) == (5, pytest.approx(21 / 21))  # by the clock: B=5 (median 21.0)
+    assert (o["priced_oracle_budget"], o["priced_ratio"]) == (8, pytest.approx(35 / 20.5))  # by the price: B=8
+    text = bench.write_summary(s, tmp_path)
+    assert "| 1.707 (B=8) |" in text and "priced ms/token |" in text
+    assert "priced_ratio_to_oracle" in (tmp_path / "summary.csv").read_text().splitlines()[0]
+    assert "priced" not in bench.write_summary(bench.summarize(recs), tmp_path)  # no profile: no priced column
+
+
+def test_report_prices_each_drafter_with_the_profile_saved_for_it(tmp_path):
+    from caddtree.costmodel import save_cost_model
+    from caddtree.profile import drafter_id
+    lookup = PromptLookupDrafter(64)
+    save_cost_model(fit_cost_model(MEAS, {"drafter_id": drafter_id(lookup)}), tmp_path / "cost_model.json")
+    save_cost_model(fit_cost_model(MEAS, {"drafter_id": "other"}), tmp_path / "cost_model_OracleDrafter.json")
+    found = bench.saved_cost_models(tmp_path, lambda: lookup)
+    assert sorted(found) == ["OracleDrafter", "PromptLookupDrafter"]
+    # a default profile measured for another drafter prices nothing: its C_d is not this drafter's
+    assert sorted(bench.saved_cost_models(tmp_path, lambda: PromptLookupDrafter(64, max_ngram=5))) == ["OracleDrafter"]
+
+
 def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as on a clean install: the optional peer is missing
     target = make_tiny_target(vocab=64)
@@ -161,6 +229,10 @@ def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, monkeypatch)
     assert all(len(r["tree_sizes"]) == r["rounds"] == len(r["predicted_phi"]) for r in spec)
     assert all(any(f is not None for f in r["predicted_phi"]) == ("caddtree" in r["method"]) for r in spec)
     assert {r["drafter"] for r in spec} == {"OracleDrafter", "PromptLookupDrafter", "LookupMixtureDrafter"}
+    gated = [r for r in spec if r["method"] == "mix-caddtree@cal"]  # the gate's choice per round, to price each
+    assert gated and all(len(r["second_stage"]) == r["rounds"] and sum(r["second_stage"]) == r["second_stage_rounds"]
+                         for r in gated)
+    assert all(bench.priced_ms_per_token(r, cost) > 0 for r in ours)
     hf = [r for r in recs if r["method"] == "hf"]
     assert len(hf) == 2 and all(r["match_ar"] is not None for r in hf)
     written = [json.loads(x) for x in lines]
