@@ -3,8 +3,8 @@
 output accepts (`accept.accepted_along`). Greedy acceptance depends only on the output text, so any tree-size rule
 or draft gate can then be priced on these rounds by the cost model with no clock (`analyse.py`).
 
-The trajectory is CaDDTree's without the gate (both stages every round, the shipped rule's tree verified), so the
-drafters' states are those of a real decode. One line per prompt, appended as it finishes; a rerun skips done ids.
+The trajectory is CaDDTree's without the gate (both stages every round, the shipped rule's tree verified; with
+TRAJ_BUDGET=B the fixed B-node tree's instead), so the drafters' states are those of a real decode. One line per prompt, appended as it finishes; a rerun skips done ids.
 
     python results/counterfactual/collect.py SETS N OUT.jsonl COST_PROFILE.json [PART/PARTS]
     SETS: comma list of benchmark names (datasets.load_prompts) and/or train (the drafter's training prompts)
@@ -32,6 +32,7 @@ target = load_target("smollm2-135m-instruct")
 drafter = load_drafter_spec("dflash+lookup", target)
 cm = ensure_cost_model(target, drafter, path=prof)
 N = cm.max_nodes
+TRAJ = int(os.environ.get("TRAJ_BUDGET", "0"))  # verify a fixed budget's tree instead (another trajectory)
 
 
 class Recorder(E.Decoder):
@@ -45,7 +46,7 @@ class Recorder(E.Decoder):
         choice = choose_tree_size(full.log_weights, self.cost_model, ctx)
         self.trees.append((cheap, full))
         stats.predicted_phi, stats.predicted_ms = choice.phi, choice.predicted_ms
-        return full.prefix(choice.n), None
+        return full.prefix(TRAJ or choice.n), None
 
 
 def accepted_by_size(tree, text):
