@@ -165,11 +165,34 @@ def test_lookup_calibration_tracks_observed_acceptance():
         d.reset(None)
         d.propose(torch.tensor(seq))
         d.propose(torch.tensor(seq + [9]))
-    assert d.calibration.trials[0] > 10 and d.calibration.hits[0] == 0
-    assert d.calibrated(0) < 0.3
+    two = d.calibrations[2]  # the suffix [1, 2] is a 2-token match
+    assert two.trials[0] > 10 and two.hits[0] == 0
     d.reset(None)
     lp = d.propose(torch.tensor(seq))
+    assert d.match == 2 and d.calibrated(0) < 0.3
     assert lp[0].exp().max().item() < 0.35
+
+
+def test_lookup_calibrates_each_match_length_apart():
+    """A 1-token match that keeps failing must not lower the confidence in a 3-token repeat (nor the reverse)."""
+    d = PromptLookupDrafter(vocab_size=20, num_positions=2, confidence=0.8, prior_strength=4.0)
+    one = [5, 6, 7, 8, 5]            # suffix [5] seen before -> votes 6; the target commits 9
+    three = [1, 2, 3, 4, 1, 2, 3]    # suffix [1, 2, 3] seen before -> votes 4; the target commits 4
+    for _ in range(12):
+        d.reset(None)
+        d.propose(torch.tensor(one))
+        assert d.match == 1
+        d.propose(torch.tensor(one + [9]))
+        d.reset(None)
+        d.propose(torch.tensor(three))
+        assert d.match == 3
+        d.propose(torch.tensor(three + [4]))
+    assert d.calibrations[1].rate(0) < 0.3 < 0.9 < d.calibrations[3].rate(0)
+    assert d.calibrations[2].trials == [0, 0]
+    d.reset(None)
+    assert d.propose(torch.tensor(one))[0, 6].exp().item() < 0.3
+    d.reset(None)
+    assert d.propose(torch.tensor(three))[0, 4].exp().item() > 0.9
 
 
 def test_lookup_mixture_moves_the_calibrated_share_onto_the_votes():
@@ -201,8 +224,7 @@ def test_profiling_does_not_change_the_lookup_calibration():
     target = make_tiny_target(0)
     d = PromptLookupDrafter(target.vocab_size, num_positions=4)
     profile_costs(target, d, ns=[0, 1, 2], ctxs=[16], repeats=3, warmup=1, progress=False)
-    c = d.calibration
-    assert c.trials == [0] * 4 and c.hits == [0] * 4 and c._pending is None
+    assert all(c.trials == [0] * 4 and c.hits == [0] * 4 and c._pending is None for c in d.calibrations)
 
 
 def test_online_calibration_counts_chains_and_shrinks_overconfident_rows():
