@@ -52,15 +52,17 @@ for name, v in sources.items():
 print("\nfresh decoders, CaDDTree (gate): rounds that skipped the DFlash forward, and the round after one that accepted "
       "nothing")
 for ds in ("humaneval", "mbpp"):
-    skipped, after = [], {}
+    skipped, after, big = [], {}, []
     for r in fresh:
         if r["method"] != "caddtree" or r["dataset"] != ds:
             continue
         s2, acc = r["second_stage"], r["accepted"]
         skipped += [a for a, s in zip(acc, s2) if not s]
+        big += [a for a, s, n in zip(acc, s2, r["tree_sizes"]) if not s and n >= 4]
         for i in range(1, len(acc)):
             if not s2[i - 1] and acc[i - 1] == 0:
                 k = ("skipped" if not s2[i] else "DFlash", "nothing" if acc[i] == 0 else "accepted")
                 after[k] = after.get(k, 0) + 1
-    print(f"  {ds}: {len(skipped)} skipped rounds, {np.mean(np.array(skipped) == 0):.0%} accepted nothing; next round: "
+    print(f"  {ds}: {len(skipped)} skipped rounds, {np.mean(np.array(skipped) == 0):.0%} accepted nothing "
+          f"({len(big)} with a lookup tree of 4+ nodes, {sum(a == 0 for a in big)} of them nothing); next round: "
           + ", ".join(f"{a} and {b} {n}" for (a, b), n in sorted(after.items())))
