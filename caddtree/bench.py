@@ -634,10 +634,11 @@ def write_summary(summary: dict, out_dir, header: str = "") -> str:
             if o.get("paired_ci"):
                 paired += " [{:.2f}, {:.2f}]".format(*o["paired_ci"])
             faster = f"{o['paired_faster']}/{o['paired_n']}" if o.get("paired_n") else "–"
+            by_price = ("–" if o.get("priced_ratio") is None
+                        else f"{o['priced_ratio']:.3f} (B={o['priced_oracle_budget']})")
             md.append(f"| {o['dataset']} | {o['family']} | {o['oracle_budget']} | {o['oracle_ms_per_token']:.2f} | "
                       f"{o['method']} | {_f(o['ms_per_token'])} | {_f(o['ratio'], '{:.3f}')} | {paired} | {faster} |"
-                      + (f" {_f(o.get('priced_ratio'), '{:.3f}')} (B={o.get('priced_oracle_budget')}) |"
-                         if priced and o.get("priced_ratio") is not None else " – |" if priced else ""))
+                      + (f" {by_price} |" if priced else ""))
     bad = [r for r in rows if r["n"] and r["compared"] and r["match"] < r["compared"]]
     if bad:
         md += ["", "Exact-match failures vs `ar` (greedy): " + ", ".join(

@@ -158,10 +158,10 @@ class DraftGate:
     `accept.accepted_along`) or the predicted one (1 + Φ from the calibrated marginals, which inherits their
     miscalibration): e.g. on chat text the trained drafter rarely pays its cost, and where the lookup already has a
     long confident match it adds little. A band that skips keeps being re-checked every `explore_every` rounds, and
-    each band runs stage 2 for its first `warmup` rounds, so the gate follows a change of text. The engine resets it at the start of each generation: what stage 2 gains depends on
-    the text (on MBPP its mean gain per band was positive, on LiveCodeBench negative in every band,
-    results/gate-reset/), and gains carried over from another prompt made a run's speed depend on the prompts
-    decoded before it. Only the draft changes, never the output.
+    each band runs stage 2 for its first `warmup` rounds, so the gate follows a change of text. The engine resets it
+    at the start of each generation: what stage 2 gains depends on the text (on MBPP its mean gain per band was
+    positive, on LiveCodeBench negative in every band, results/gate-reset/), and gains carried over from another
+    prompt made a run's speed depend on the prompts decoded before it. Only the draft changes, never the output.
     """
 
     def __init__(self, bands=(1.05, 1.3, 1.7), memory: float = 0.9, explore_every: int = 8, warmup: int = 3):

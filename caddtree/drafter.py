@@ -151,8 +151,7 @@ class PromptLookupDrafter(Drafter):
     def votes(self, seq: list[int]) -> list[dict[int, int]]:
         """Committed token ids -> per position {token: votes} ({} where no match reaches it). Scores the previous
         proposal and registers this one for calibration, so call it exactly once per round."""
-        for c in self.calibrations:  # only the previous proposal's length has one pending
-            c.observe(seq)
+        self.calibration.observe(seq)  # the previous proposal's length: the only one with a pending proposal
         conts, self._match = self._continuations(seq)
         out = []
         for i in range(self.num_positions):
