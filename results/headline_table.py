@@ -1,5 +1,6 @@
 """The README's headline table from a run's summary.csv (run `caddtree bench ... --report` first); the peer columns
-(HF generate, HF prompt lookup, llama.cpp) and CaDDTree with prompt lookup appear where the run has them.
+(HF generate, HF prompt lookup, llama.cpp), CaDDTree with prompt lookup and CaDDTree without the draft gate
+(`caddtree@nogate`) appear where the run has them.
 Run from the repository root: python results/headline_table.py results/bench-t0-256-phase4"""
 import csv
 import sys
@@ -10,6 +11,7 @@ by = {(r["dataset"], r["method"]): r for r in rows}
 PEERS = {"hf": "HF generate", "hf-lookup": "HF prompt lookup", "llamacpp": "llama.cpp (Q4_1)"}
 peers = [m for m in PEERS if any(r["method"] == m for r in rows)]
 lookup = any(r["method"] == "lookup-caddtree" for r in rows)
+nogate = any(r["method"] == "caddtree@nogate" for r in rows)
 
 
 def ms(ds, m):
@@ -27,6 +29,7 @@ def tree(ds, m):
 
 header = (["dataset", "n", "plain (ar)"] + [PEERS[m] for m in peers]
           + ["best fixed budget, mix (oracle)", "CaDDTree, mix + gate", "CaDDTree / oracle: medians; per prompt [90% CI]"]
+          + (["CaDDTree, mix, no gate (/ oracle: medians)"] if nogate else [])
           + (["CaDDTree, prompt lookup"] if lookup else []) + ["exact match (all our speculative methods)"])
 print("| " + " | ".join(header) + " |")
 print("|---|" + "---:|" * (len(header) - 1))
@@ -40,5 +43,7 @@ for ds in dict.fromkeys(r["dataset"] for r in rows):
     exact = f"{sum(int(r['match']) for r in ours)}/{sum(int(r['compared']) for r in ours)}"
     cells = ([ds, ar["n"], f"{float(ar['ms_per_token']):.1f}"] + [ms(ds, m) for m in peers]
              + [oracle, f"{ms(ds, 'caddtree')}, {tree(ds, 'caddtree')}", ratio]
+             + ([f"{ms(ds, 'caddtree@nogate')}, {tree(ds, 'caddtree@nogate')} "
+                 f"({float(by[(ds, 'caddtree@nogate')]['ratio_to_oracle']):.3f})"] if nogate else [])
              + ([f"{ms(ds, 'lookup-caddtree')}, {tree(ds, 'lookup-caddtree')}"] if lookup else []) + [exact])
     print("| " + " | ".join(cells) + " |")
