@@ -1,9 +1,9 @@
 #!/bin/bash
-# The peers a user would pick instead, on the machine of results/bench-amd512-shipped/ (2-core AMD EPYC, AVX-512)
-# with the shipped code and the cost profile it measured first (the copy in this directory): Hugging Face `generate` plain (hf) and with
-# prompt_lookup_num_tokens (hf-lookup) on the same model object, and llama.cpp (llama-cpp-python 0.3.36, built with
-# CMAKE_ARGS="-DGGML_NATIVE=OFF" as in results/bench-t0-256-panel/, on the same GGUF file, Q4_1 weights), beside
-# plain decoding, the fixed 5-node tree and CaDDTree of our engine, back to back per prompt; MATH-500, GSM8K,
+# The peers a user would pick instead, on the machine of results/bench-amd512-shipped/ (2-core AMD EPYC, AVX-512) with
+# the shipped code and the cost profile it measured first (the copy in this directory): Hugging Face `generate` plain
+# (hf) and with prompt_lookup_num_tokens (hf-lookup) on the same model object, and llama.cpp (llama-cpp-python 0.3.36,
+# built with CMAKE_ARGS="-DGGML_NATIVE=OFF" as in results/bench-t0-256-panel/, on the same GGUF file, Q4_1 weights),
+# beside plain decoding, the fixed 5-node tree and CaDDTree of our engine, back to back per prompt; MATH-500, GSM8K,
 # HumanEval, MT-Bench x 6 prompts (the headline's first 6), 256 new tokens, greedy. Two processes, one per core, then
 # the summary. Run from the repository root with the venv on PATH, after
 #   CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --no-cache-dir --no-deps llama-cpp-python==0.3.36 && pip install diskcache

@@ -1,6 +1,7 @@
 #!/bin/bash
 # The paper's robustness ablation with the shipped code, on the machine of results/bench-amd512-shipped/ (2-core AMD
-# EPYC, AVX-512), with the cost profile it measured first (the copy in this directory; see results/bench-amd512-shipped/README.md): CaDDTree with the cost model perturbed (--perturb: C_d scaled by 0.5 and 2,
+# EPYC, AVX-512), with the cost profile it measured first (the copy in this directory; see
+# results/bench-amd512-shipped/README.md): CaDDTree with the cost model perturbed (--perturb: C_d scaled by 0.5 and 2,
 # the C_v slope in n by 0.5 and 2) beside the unperturbed one, the fixed 5-node tree and plain decoding; GSM8K and
 # HumanEval x 8 prompts, 256 new tokens, greedy. Two processes, one per core, then the summary. Run from the
 # repository root with the venv on PATH.
