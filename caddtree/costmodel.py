@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -282,7 +283,7 @@ def save_cost_model(model: CostModel, path) -> Path:
                    "overhead_ms": model.overhead.tolist(), "row_group": model.row_group,
                    "pass_ms": model.pass_ms.tolist(), "verify_fit": model.verify_fit,
                    **({} if model.cheap_draft is None else {"cheap_draft_ms": model.cheap_draft.tolist()})}}
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # per process: two may save the same profile at once
     tmp.write_text(json.dumps(doc, indent=1, default=_jsonable))
     tmp.replace(path)  # atomic: an interrupted save never leaves a corrupt profile behind
     return path

@@ -25,6 +25,7 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import os
 import platform
 import sys
 import time
@@ -328,11 +329,25 @@ def _measure_verify(target, preset: str, progress: bool) -> dict:
     doc = {"format": VERIFY_FORMAT, "provenance": prov, "measurements": meas}
     path = verify_profile_path(target)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # per process: parallel profiles may write at once
     tmp.write_text(json.dumps(doc, indent=1))
     tmp.replace(path)  # atomic: parallel processes see the old file or the new one
     print(f"cost model: verify cost measured ({preset} preset, {meas['profile_s']} s) -> {path}", file=sys.stderr)
     return doc
+
+
+DRAFT_KEYS = ("draft_ms", "cheap_draft_ms", "new_tokens_per_draft")  # a cost profile's drafter-side measurements
+
+
+def _draft_measurements(model: CostModel | None, verify: dict) -> dict | None:
+    """The drafter-side measurements of a cached cost profile, if they can be refitted on the verify profile
+    `verify` (its measurements): timed on the same ctx grid, with the same kernel pass size. Else None."""
+    if model is None:
+        return None
+    m = model.measurements
+    same_grid = ([int(c) for c in m.get("ctxs", [])] == [int(c) for c in verify["ctxs"]]
+                 and m.get("row_group", 1) == verify.get("row_group", 1))
+    return {k: m[k] for k in DRAFT_KEYS if k in m} if same_grid and "draft_ms" in m else None
 
 
 def ensure_cost_model(target, drafter, path=None, preset: str = "coarse", progress: bool = True,
@@ -343,9 +358,13 @@ def ensure_cost_model(target, drafter, path=None, preset: str = "coarse", progre
     The verify cost (C_v, overhead) comes from the one shared verify profile of (target, device), measured on first
     need (and again if `force`, or if it was measured for another kernel pass size); only C_d is measured per
     drafter. A cached drafter profile whose verify part is older than the shared one (or of another pass size) is
-    rebuilt on it (C_d re-measured: seconds), so all drafters stay priced on the same C_v. A missing file is
-    profiled into; an existing but invalid one raises (CaddtreeError) if `path` was given, while the default cache
-    entry is re-profiled instead. Prints one line (stderr) per step taken.
+    rebuilt on it, so all drafters stay priced on the same C_v: refitted with its own C_d kept where that was timed
+    on the shared profile's ctx grid and pass size (C_d is the drafter's cost, not the verify profile's), else with
+    C_d measured again (seconds). Keeping it makes the rebuild deterministic: processes that start together after a
+    new verify profile (e.g. one `caddtree bench --part` per core) all price with the same model instead of each
+    timing C_d anew under the other's load. A missing file is profiled into; an existing but invalid one raises
+    (CaddtreeError) if `path` was given, while the default cache entry is re-profiled instead. Prints one line
+    (stderr) per step taken.
     """
     if preset not in PRESETS:
         raise CaddtreeError(f"unknown profile preset '{preset}': choose one of {', '.join(PRESETS)}")
@@ -353,6 +372,7 @@ def ensure_cost_model(target, drafter, path=None, preset: str = "coarse", progre
     explicit = path is not None
     path = Path(path) if explicit else default_cost_path(target.fingerprint, did, device_label(target))
     shared = None if force else _load_verify(target)
+    stale_model = None  # a cached profile built on an older verify profile: its C_d may be kept
     if path.is_file() and not force:
         try:
             model = load_cost_model(path, target_fingerprint=target.fingerprint, drafter_id=did)
@@ -369,18 +389,27 @@ def ensure_cost_model(target, drafter, path=None, preset: str = "coarse", progre
                 return model
             print(f"cost model: {path} predates the shared verify profile or the {VERIFY_FITS[0]} fit; rebuilding "
                   f"on it", file=sys.stderr)
+            stale_model = model
         except CaddtreeError as e:
             if explicit:
                 raise
             print(f"cost model: cached profile unusable ({e}); re-profiling", file=sys.stderr)
     if shared is None:
         shared = _measure_verify(target, preset, progress)
-    print(f"cost model: measuring C_d of {did} -> {path}", file=sys.stderr)
     v = shared["measurements"]
-    preset_args = PRESETS.get(shared["provenance"].get("preset"), PRESETS[preset])
-    meas = {**v, **profile_draft(target, drafter, v["ctxs"], preset_args["repeats"], preset_args["warmup"])}
     prov = {**provenance(target, drafter, shared["provenance"].get("preset")),
             "verify_id": shared["provenance"]["verify_id"], "verify_date": shared["provenance"]["date"]}
+    draft = _draft_measurements(stale_model, v)
+    if draft is not None:
+        prov["draft_date"] = stale_model.provenance.get("draft_date", stale_model.provenance.get("date"))
+        print(f"cost model: C_d of {did} kept (timed {prov['draft_date']}), refitted on the verify profile of "
+              f"{prov['verify_date']} -> {path}", file=sys.stderr)
+    else:
+        print(f"cost model: measuring C_d of {did} -> {path}", file=sys.stderr)
+        preset_args = PRESETS.get(shared["provenance"].get("preset"), PRESETS[preset])
+        draft = profile_draft(target, drafter, v["ctxs"], preset_args["repeats"], preset_args["warmup"])
+        prov["draft_date"] = prov["date"]
+    meas = {**v, **draft}
     model = fit_cost_model(meas, prov)
     save_cost_model(model, path)
     plot_cost_model(model, path.with_suffix(".png"))

@@ -284,9 +284,14 @@ def test_profile_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, capsys):
     assert "verify cost measured" not in err and "measuring C_d" in err and np.array_equal(m2.verify, m.verify)
     m3 = profile.ensure_cost_model(target, drafter, progress=False, force=True)
     assert "verify cost measured" in capsys.readouterr().err
-    m4 = profile.ensure_cost_model(target, other, progress=False)  # its cached profile predates the new C_v
-    assert "rebuilding on it" in capsys.readouterr().err and np.array_equal(m4.verify, m3.verify)
+    m4 = profile.ensure_cost_model(target, other, progress=False)  # its cached profile predates the new C_v ...
+    err = capsys.readouterr().err
+    assert "rebuilding on it" in err and np.array_equal(m4.verify, m3.verify)
     assert m4.provenance["verify_id"] == m3.provenance["verify_id"] != m.provenance["verify_id"]
+    # ... and is refitted on it with its own C_d, timed on the same ctx grid, kept rather than timed again
+    assert "measuring C_d" not in err and "kept" in err
+    assert m4.measurements["draft_ms"] == m2.measurements["draft_ms"] and np.array_equal(m4.draft, m2.draft)
+    assert m4.provenance["draft_date"] == m2.provenance["draft_date"]
     assert m4.verify_fit == "monotone"
     p_other = default_cost_path(target.fingerprint, profile.drafter_id(other), profile.device_label(target))
     save_cost_model(fit_cost_model({**m4.measurements, "verify_fit": "convex"}, m4.provenance), p_other)
@@ -298,6 +303,40 @@ def test_profile_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, capsys):
     path.write_text("{")
     with pytest.raises(CaddtreeError, match="corrupt"):
         profile.ensure_cost_model(target, drafter, path=path)
+
+
+def test_parallel_profiles_leave_every_drafter_one_deterministic_model(tmp_path, monkeypatch, capsys):
+    """Two `caddtree profile` runs for two drafters (as one per core): the second re-measures the shared verify
+    profile, so the first drafter's profile is stale. Loading it refits it on the new verify profile with its own
+    C_d, never timing C_d again, so every process that loads it then gets the same model; a profile timed on another
+    ctx grid is re-measured instead."""
+    from caddtree import profile
+    from caddtree.drafter import PromptLookupDrafter
+
+    monkeypatch.setenv("CADDTREE_CACHE", str(tmp_path))
+    monkeypatch.setitem(profile.PRESETS, "coarse", dict(ns=[1, 2, 4], ctxs=[16, 64], repeats=1, warmup=0))
+    target = make_tiny_target(vocab=101, max_pos=256)
+    a, b = PromptLookupDrafter(101, num_positions=4), PromptLookupDrafter(101, num_positions=6)
+    ma = profile.ensure_cost_model(target, a, progress=False, force=True)
+    mb = profile.ensure_cost_model(target, b, progress=False, force=True)
+    assert ma.provenance["verify_id"] != mb.provenance["verify_id"]
+    timed = []
+    monkeypatch.setattr(profile, "profile_draft", lambda *args, **kw: timed.append(1) or {"draft_ms": [1.0, 1.0]})
+    capsys.readouterr()
+    loads = [profile.ensure_cost_model(target, a, progress=False) for _ in range(2)]
+    err = capsys.readouterr().err
+    assert timed == [] and err.count("rebuilding on it") == 1 and err.count("loaded") == 1
+    for m in loads:
+        assert m.provenance["verify_id"] == mb.provenance["verify_id"]
+        assert np.array_equal(m.verify, mb.verify) and np.array_equal(m.draft, ma.draft)
+    path_a = default_cost_path(target.fingerprint, profile.drafter_id(a), profile.device_label(target))
+    assert not list(path_a.parent.glob("*.tmp"))
+    # a drafter profile timed on another ctx grid cannot be refitted: its C_d is timed again on the shared grid
+    _edit(path_a, lambda d: d["measurements"].update(ctxs=[16, 32]) or d["provenance"].update(verify_id="old"))
+    m = profile.ensure_cost_model(target, a, progress=False)
+    err = capsys.readouterr().err
+    assert timed == [1] and "rebuilding on it" in err and "measuring C_d" in err
+    assert m.measurements["draft_ms"] == [1.0, 1.0] and m.measurements["ctxs"] == mb.measurements["ctxs"]
 
 
 def test_profile_measures_both_sides_of_the_kernel_passes(tmp_path, monkeypatch, capsys):
