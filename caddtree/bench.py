@@ -529,8 +529,12 @@ def summarize(records: list[dict], price=None) -> dict:
             priced = [(f, a) for r in rs for f, a in zip(r.get("predicted_phi") or [], r.get("accepted", []))
                       if f is not None]
             prices = [price(r) for r in rs] if price is not None else []
+            tokens = sum(r["new_tokens"] for r in rs)
             rows.append({
                 "dataset": ds, "method": m, "n": len(rs), "ms_per_token": med[m],
+                # the whole set's decode time over its tokens: a throughput, not a typical prompt's time
+                "pooled_ms_per_token": (sum(r["decode_ms"] for r in rs) / tokens
+                                        if tokens and all("decode_ms" in r for r in rs) else None),
                 "priced_ms_per_token": (statistics.median(prices) if prices and None not in prices else None),
                 "speedup": med["ar"] / med[m] if "ar" in med else None,
                 "tau": sum(r["new_tokens"] for r in rs) / rounds if rounds else None,
@@ -556,16 +560,21 @@ def summarize(records: list[dict], price=None) -> dict:
             fixed_priced = [(by[(ds, m)]["priced_ms_per_token"], b, m) for _, b, m in fixed
                             if by[(ds, m)]["priced_ms_per_token"] is not None]
             priced_ms, priced_b, _ = min(fixed_priced) if len(fixed_priced) == len(fixed) else (None, None, None)
+            fixed_pooled = [(by[(ds, m)]["pooled_ms_per_token"], b, m) for _, b, m in fixed
+                            if by[(ds, m)]["pooled_ms_per_token"] is not None]
+            pooled_ms, pooled_b, _ = min(fixed_pooled) if len(fixed_pooled) == len(fixed) else (None, None, None)
             variants = [m for m in methods if (ds, m) in by and m.partition("@")[0] == ours] or [ours]  # @cd2, ...
             for m in variants:
                 o = {"dataset": ds, "family": fam, "oracle_budget": best_b, "oracle_ms_per_token": best_ms,
                      "method": m, "ms_per_token": None, "ratio": None, "priced_oracle_budget": priced_b,
-                     "priced_ratio": None}
+                     "priced_ratio": None, "pooled_oracle_budget": pooled_b, "pooled_ratio": None}
                 if (ds, m) in by:
                     o["ms_per_token"] = by[(ds, m)]["ms_per_token"]
                     o["ratio"] = o["ms_per_token"] / best_ms  # <= 1: CaDDTree at least as fast as the oracle budget
                     if priced_ms is not None and by[(ds, m)]["priced_ms_per_token"] is not None:
                         o["priced_ratio"] = by[(ds, m)]["priced_ms_per_token"] / priced_ms
+                    if pooled_ms is not None and by[(ds, m)]["pooled_ms_per_token"] is not None:
+                        o["pooled_ratio"] = by[(ds, m)]["pooled_ms_per_token"] / pooled_ms
                     o.update(paired_ratio(ok, ds, m, best_method))
                 oracle.append(o)
     return {"rows": rows, "oracle": oracle}
@@ -619,16 +628,20 @@ def write_summary(summary: dict, out_dir, header: str = "") -> str:
                   f"{_f(r['speedup'], '{:.2f}x')} | {_f(r['tau'])} | {ts} | {match} |"
                   + (f" {_f(r.get('priced_ms_per_token'))} |" if priced else ""))
     if oracle:
+        pooled = any(o.get("pooled_ratio") is not None for o in oracle)
         md += ["", "Oracle fixed budget per dataset (best `ddtree:B` of this run, chosen after the runs) and "
                    "CaDDTree's ms/token ratio to it (< 1: CaDDTree faster): the ratio of the two medians, and the "
                    "median of the per-prompt ratios (the two ran back to back on each prompt) with its 90% bootstrap "
                    "interval and the prompts on which CaDDTree was faster."
+               + (" Pooled: the set's total decode time over its total tokens (its throughput: long answers weigh "
+                  "more), CaDDTree over the fixed budget best by that measure (its B in brackets)." if pooled else "")
                + (" Priced: the same records priced by the run's cost model instead of the clock "
                   "(`bench.priced_ms_per_token`), CaDDTree over the best fixed budget by that price (its B in "
                   "brackets): the policy's choices without the machine's timing noise." if priced else ""), "",
                "| dataset | family | oracle B | oracle ms/token | method | ms/token | ratio "
-               "| per-prompt ratio [90% CI] | CaDDTree faster |" + (" priced ratio |" if priced else ""),
-               "|---|---|---:|---:|---|---:|---:|---:|---:|" + ("---:|" if priced else "")]
+               "| per-prompt ratio [90% CI] | CaDDTree faster |" + (" pooled ratio |" if pooled else "")
+               + (" priced ratio |" if priced else ""),
+               "|---|---|---:|---:|---|---:|---:|---:|---:|" + "---:|" * (pooled + priced)]
         for o in oracle:
             paired = _f(o.get("paired_ratio"), "{:.3f}")
             if o.get("paired_ci"):
@@ -636,9 +649,11 @@ def write_summary(summary: dict, out_dir, header: str = "") -> str:
             faster = f"{o['paired_faster']}/{o['paired_n']}" if o.get("paired_n") else "–"
             by_price = ("–" if o.get("priced_ratio") is None
                         else f"{o['priced_ratio']:.3f} (B={o['priced_oracle_budget']})")
+            by_pool = ("–" if o.get("pooled_ratio") is None
+                       else f"{o['pooled_ratio']:.3f} (B={o['pooled_oracle_budget']})")
             md.append(f"| {o['dataset']} | {o['family']} | {o['oracle_budget']} | {o['oracle_ms_per_token']:.2f} | "
                       f"{o['method']} | {_f(o['ms_per_token'])} | {_f(o['ratio'], '{:.3f}')} | {paired} | {faster} |"
-                      + (f" {by_price} |" if priced else ""))
+                      + (f" {by_pool} |" if pooled else "") + (f" {by_price} |" if priced else ""))
     bad = [r for r in rows if r["n"] and r["compared"] and r["match"] < r["compared"]]
     if bad:
         md += ["", "Exact-match failures vs `ar` (greedy): " + ", ".join(
@@ -647,11 +662,12 @@ def write_summary(summary: dict, out_dir, header: str = "") -> str:
     text = "\n".join(md) + "\n"
     (out_dir / "summary.md").write_text(text)
     keys = ["dataset", "method", "n", "ms_per_token", "speedup", "tau", "tree_size_mean", "tree_size_std", "match",
-            "compared", "drafter", "second_stage_share", "phi_predicted", "phi_accepted", "priced_ms_per_token",
-            "note"]
+            "compared", "drafter", "second_stage_share", "phi_predicted", "phi_accepted", "pooled_ms_per_token",
+            "priced_ms_per_token", "note"]
     with open(out_dir / "summary.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys + ["oracle_budget", "oracle_ms_per_token", "ratio_to_oracle",
                                                  "paired_ratio_to_oracle", "paired_ci_low", "paired_ci_high",
+                                                 "pooled_oracle_budget", "pooled_ratio_to_oracle",
                                                  "priced_oracle_budget", "priced_ratio_to_oracle"],
                            extrasaction="ignore")
         w.writeheader()
@@ -661,7 +677,9 @@ def write_summary(summary: dict, out_dir, header: str = "") -> str:
             w.writerow({**r, "oracle_budget": o.get("oracle_budget"),
                         "oracle_ms_per_token": o.get("oracle_ms_per_token"), "ratio_to_oracle": o.get("ratio"),
                         "paired_ratio_to_oracle": o.get("paired_ratio"), "paired_ci_low": ci[0],
-                        "paired_ci_high": ci[1], "priced_oracle_budget": o.get("priced_oracle_budget"),
+                        "paired_ci_high": ci[1], "pooled_oracle_budget": o.get("pooled_oracle_budget"),
+                        "pooled_ratio_to_oracle": o.get("pooled_ratio"),
+                        "priced_oracle_budget": o.get("priced_oracle_budget"),
                         "priced_ratio_to_oracle": o.get("priced_ratio")})
     return text
 

@@ -194,6 +194,32 @@ def test_summary_prices_the_oracle_by_the_cost_model(tmp_path):
     assert "priced" not in bench.write_summary(bench.summarize(recs), tmp_path)  # no profile: no priced column
 
 
+def test_summary_pools_each_set_and_picks_its_oracle_by_the_pooled_time(tmp_path):
+    """Pooled ms/token = the set's decode time over its tokens: a long answer weighs more than in the median, so the
+    oracle by pooled time can be another budget than by medians; no pooled column without decode times."""
+    recs = []
+    # (tokens, B=5 ms/token, B=8 ms/token, CaDDTree ms/token) per prompt: B=5 has the lower median, B=8 the lower
+    # pooled time (it wins the long prompt)
+    for pid, (tok, b5, b8, cad) in enumerate([(10, 20.0, 22.0, 21.0), (10, 21.0, 23.0, 22.0), (100, 30.0, 24.0, 25.0)]):
+        base = {"config": "c", "match_ar": True, "prompt_id": str(pid), "dataset": "a", "new_tokens": tok}
+        recs += [{**base, "method": m, "ms_per_token": v, "decode_ms": v * tok}
+                 for m, v in (("ar", 40.0), ("ddtree:5", b5), ("ddtree:8", b8), ("caddtree", cad))]
+    s = bench.summarize(recs)
+    row = {r["method"]: r for r in s["rows"]}
+    assert row["ddtree:5"]["pooled_ms_per_token"] == pytest.approx((200 + 210 + 3000) / 120)
+    assert row["ddtree:8"]["pooled_ms_per_token"] == pytest.approx((220 + 230 + 2400) / 120)
+    (o,) = s["oracle"]
+    assert (o["oracle_budget"], o["ratio"]) == (5, pytest.approx(22.0 / 21.0))  # by medians: B=5, CaDDTree over
+    assert o["pooled_oracle_budget"] == 8  # by pooled time: B=8
+    assert o["pooled_ratio"] == pytest.approx((210 + 220 + 2500) / (220 + 230 + 2400))
+    text = bench.write_summary(s, tmp_path)
+    assert "| pooled ratio |" in text and f"| {o['pooled_ratio']:.3f} (B=8) |" in text
+    header = (tmp_path / "summary.csv").read_text().splitlines()[0]
+    assert "pooled_ratio_to_oracle" in header and "pooled_ms_per_token" in header
+    no_times = [{k: v for k, v in r.items() if k != "decode_ms"} for r in recs]  # e.g. records of an older run
+    assert "pooled" not in bench.write_summary(bench.summarize(no_times), tmp_path)
+
+
 def test_report_prices_each_drafter_with_the_profile_saved_for_it(tmp_path):
     from caddtree.costmodel import save_cost_model
     from caddtree.profile import drafter_id
