@@ -790,7 +790,8 @@ def add_bench_parser(sub) -> None:
     b.add_argument("--turns", type=int, default=1, choices=[1, 2], help="MT-Bench: 2 = answer the second turn")
     b.add_argument("--out", required=True, help="output dir (a rerun with the same dir resumes)")
     b.add_argument("--data-dir", default=None, help="benchmark data dir (default: $CADDTREE_DATA or ../shared/data)")
-    b.add_argument("--cost-model", default=None, help="cost profile JSON (default: the per-user cache)")
+    b.add_argument("--cost-model", default=None, help="an existing cost profile JSON, e.g. from `caddtree profile "
+                                                      "--out` (default: the per-user cache)")
     b.add_argument("--quick", action="store_true",
                    help="smoke run: 1 prompt per dataset, 16 new tokens, methods ar,ddtree:4,caddtree")
     b.add_argument("--part", default="1/1", metavar="I/K",
@@ -834,12 +835,16 @@ def saved_cost_models(out: Path, default_drafter) -> dict:
 
 def cmd_bench(args) -> None:
     from caddtree.accept import SamplingParams
-    from caddtree.cli import load_drafter_spec, setup_torch
+    from caddtree.cli import check_cost_model_arg, load_drafter_spec, setup_torch
     from caddtree.costmodel import plot_cost_model, save_cost_model
     from caddtree.datasets import load_prompts
     from caddtree.profile import ensure_cost_model
     from caddtree.target import load_target
 
+    check_cost_model_arg(args.cost_model)
+    for flag, value in (("--num-prompts", args.num_prompts), ("--max-new-tokens", args.max_new_tokens)):
+        if value is not None and value < 1:  # 0 would otherwise read as "not given" and run the default size
+            raise CaddtreeError(f"{flag} must be >= 1, got {value}")
     start = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     q = QUICK if args.quick else dict(num_prompts=10, max_new_tokens=256, methods=DEFAULT_METHODS)
     num = args.num_prompts or q["num_prompts"]

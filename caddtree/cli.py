@@ -42,8 +42,8 @@ def add_method_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", default="caddtree", choices=["caddtree", "ddtree", "ar"],
                    help="caddtree: cost-aware budget per round (default); ddtree: fixed budget; ar: plain decoding")
     p.add_argument("--budget", type=int, default=32, help="tree nodes per round for --method ddtree")
-    p.add_argument("--cost-model", default=None, help="cost profile JSON (default: per-user cache, profiled "
-                                                      "automatically on first use)")
+    p.add_argument("--cost-model", default=None, help="an existing cost profile JSON, e.g. from `caddtree profile "
+                                                      "--out` (default: the per-user cache, profiled on first use)")
 
 
 def load_drafter_spec(spec: str, target):
@@ -87,7 +87,17 @@ def make_decoder(args, target, drafter):
     return Decoder(target, drafter, method=args.method, budget=args.budget, cost_model=cost)
 
 
+def check_cost_model_arg(path) -> None:
+    """--cost-model names a profile to use: a missing file is a wrong path, not a request to profile into it (that is
+    `caddtree profile --out`), so it fails before the slow loads instead of silently profiling for a minute."""
+    if path is not None and not Path(path).is_file():
+        raise CaddtreeError(f"--cost-model {path}: no such file: create it with `caddtree profile --out {path}` "
+                            f"(same --target and --drafter), or leave --cost-model out to use the per-user cache")
+
+
 def setup_torch(args) -> None:
+    if args.threads is not None and args.threads < 1:
+        raise CaddtreeError(f"--threads must be >= 1, got {args.threads}")
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -106,6 +116,7 @@ def cmd_generate(args) -> None:
         raise CaddtreeError(f"--budget must be >= 1, got {args.budget}")
     if args.max_new_tokens <= 0:
         raise CaddtreeError(f"--max-new-tokens must be > 0, got {args.max_new_tokens}")
+    check_cost_model_arg(args.cost_model)
     target = load_target(args.target, device=args.device)
     drafter = load_drafter_spec(args.drafter, target) if args.method != "ar" else None
     decoder = make_decoder(args, target, drafter)

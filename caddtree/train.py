@@ -591,6 +591,12 @@ def eval_references(target, ddir, name: str, n: int, max_new_tokens: int, layers
 
 
 def cmd_eval(args) -> dict:
+    for flag, value in (("--n", args.n), ("--max-new-tokens", args.max_new_tokens), ("--threads", args.threads)):
+        if value < 1:
+            raise CaddtreeError(f"{flag} must be >= 1, got {value}")
+    if not all(b.strip().isdigit() and int(b) >= 1 for b in args.budgets.split(",") if b.strip()):
+        raise CaddtreeError(f"--budgets must be node counts >= 1 separated by commas (e.g. 8,16,32), got "
+                            f"'{args.budgets}'")
     torch.set_num_threads(args.threads)
     target = _load_target(args.target)
     drafter = _drafter_from(args.drafter, target)
@@ -599,7 +605,7 @@ def cmd_eval(args) -> dict:
     for name in args.datasets.split(","):
         refs = eval_references(target, ddir, name, args.n, args.max_new_tokens, drafter.target_layers)
         res[name] = evaluate(drafter, refs)
-        for n in [int(x) for x in args.budgets.split(",") if x]:
+        for n in [int(x) for x in args.budgets.split(",") if x.strip()]:
             res[name][f"tau_tree{n}"] = evaluate(drafter, refs, budget=n)["tau"]
         print(json.dumps({name: res[name]}), flush=True)
     taus = [res[n]["tau"] for n in args.datasets.split(",")]
@@ -616,7 +622,27 @@ def _load_target(spec):
     return load_target(spec or DEFAULT_TARGET)
 
 
+def check_train_args(args) -> None:
+    """Option values a run would only trip over after loading the target and generating data: one line each."""
+    at_least = {"--steps": (args.steps, 1), "--block-size": (args.block_size, 2), "--layers": (args.layers, 1),
+                "--num-target-layers": (args.num_target_layers, 1), "--anchors": (args.anchors, 1),
+                "--seqs-per-step": (args.seqs_per_step, 1), "--max-seq": (args.max_seq, 2),
+                "--warmup": (args.warmup, 0),
+                "--gen-batch": (args.gen_batch, 1), "--max-prompts": (args.max_prompts, 1),
+                "--max-prompt-tokens": (args.max_prompt_tokens, 1), "--max-new-tokens": (args.max_new_tokens, 1),
+                "--first-prompt": (args.first_prompt, 0), "--draft-vocab": (args.draft_vocab, 0),
+                "--threads": (args.threads, 1), "--restart-schedule": (args.restart_schedule, 0)}
+    for flag, (value, low) in at_least.items():
+        if value < low:
+            raise CaddtreeError(f"{flag} must be >= {low}, got {value}")
+    for flag, value in (("--lr", args.lr), ("--max-minutes", args.max_minutes), ("--ckpt-minutes", args.ckpt_minutes),
+                        ("--gamma", args.gamma)):
+        if value is not None and not value > 0:
+            raise CaddtreeError(f"{flag} must be > 0, got {value}")
+
+
 def cmd_train(args) -> None:
+    check_train_args(args)
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     log = _log_to(out / "log.jsonl")

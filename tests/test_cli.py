@@ -12,6 +12,21 @@ from caddtree.cli import main
     (["generate", "--max-new-tokens", "0"], "--max-new-tokens must be > 0"),
     (["generate", "--target", "./no/such/dir"], "model path not found"),
     (["generate", "--target", "/tmp/missing.gguf"], "GGUF file not found"),
+    # a missing --cost-model is a wrong path (not silently profiled into), for generate and bench alike
+    (["generate", "--cost-model", "/tmp/no/such/profile.json"], "no such file: create it with `caddtree profile"),
+    (["bench", "--cost-model", "/tmp/no/such/profile.json", "--quick", "--out", "/tmp/no/such/run"],
+     "no such file: create it with"),
+    (["bench", "--num-prompts", "0", "--out", "/tmp/no/such/run"], "--num-prompts must be >= 1, got 0"),
+    (["bench", "--max-new-tokens", "-5", "--out", "/tmp/no/such/run"], "--max-new-tokens must be >= 1, got -5"),
+    # train-drafter checks its options before loading the target and generating data
+    (["train-drafter", "--lr", "-1", "--out", "/tmp/no/such/run"], "--lr must be > 0, got -1.0"),
+    (["train-drafter", "--block-size", "1", "--out", "/tmp/no/such/run"], "--block-size must be >= 2, got 1"),
+    (["train-drafter", "--steps", "0", "--out", "/tmp/no/such/run"], "--steps must be >= 1, got 0"),
+    (["train-drafter", "--gamma", "0", "--out", "/tmp/no/such/run"], "--gamma must be > 0, got 0.0"),
+    (["generate", "--threads", "-2"], "--threads must be >= 1, got -2"),
+    (["profile", "--threads", "0"], "--threads must be >= 1, got 0"),
+    (["eval-drafter", "--drafter", "dflash", "--n", "0"], "--n must be >= 1, got 0"),
+    (["eval-drafter", "--drafter", "dflash", "--budgets", "8,x"], "--budgets must be node counts >= 1"),
 ])
 def test_bad_input_one_line(argv, needle, capsys):
     assert main(argv) == 2
