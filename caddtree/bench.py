@@ -855,6 +855,8 @@ def cmd_bench(args) -> None:
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
     part = _parse_part(args.part)
     names = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    if not names:
+        raise CaddtreeError(f"--datasets names no dataset: give some of {ALL_DATASETS}")
     if args.first_prompt < 0:
         raise CaddtreeError(f"--first-prompt must be >= 0, got {args.first_prompt}")
     if args.repeats < 1:
@@ -862,6 +864,11 @@ def cmd_bench(args) -> None:
     first = args.first_prompt
     # fail fast, before loading models
     prompts = {d: load_prompts(d, first + num, data_dir=args.data_dir)[first:] for d in names}
+    if args.report and not list(Path(args.out).glob("records*.jsonl")):
+        raise CaddtreeError(f"--report: {args.out} holds no bench records: run the command without --report first")
+    empty = [d for d in names if not prompts[d]]
+    if empty:
+        raise CaddtreeError(f"--first-prompt {first} is past the last prompt of {', '.join(empty)}: lower it")
     setup_torch(args)
     target = load_target(args.target, device=args.device)
     out = Path(args.out)
@@ -885,6 +892,9 @@ def cmd_bench(args) -> None:
             have.setdefault((r["dataset"], r["prompt_id"]), set()).add(r["method"])
         # only prompts every method finished: medians and speed-ups then compare the same prompts
         records = [r for r in records if have[(r["dataset"], r["prompt_id"])] >= set(methods)]
+        if not records:
+            raise CaddtreeError(f"--report: no prompt in {out} has finished every method with these options (datasets, "
+                                f"--methods, prompts, --max-new-tokens, sampling, --seed): run them without --report")
     else:
         records = run_bench(target, lambda kind: load_drafter_spec(args.drafter if kind == "auto" else kind, target),
                             cost_model_for, prompts, methods, out, max_new, sampling, seed=args.seed,

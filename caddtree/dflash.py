@@ -355,8 +355,8 @@ def check_target(c: DFlashConfig, target, where: str = "drafter") -> None:
         problems.append(f"target fingerprint {c.target_fingerprint} != {target.fingerprint}")
     if problems:
         raise CaddtreeError(f"{where} was trained for target '{c.target_name}' and does not fit '{target.name}' "
-                            f"({'; '.join(problems)}): use a drafter trained for this target "
-                            f"(`caddtree train-drafter --target {target.name}`) or pass --drafter none")
+                            f"({'; '.join(problems)}): use a drafter trained for this target (`caddtree "
+                            f"train-drafter --target {target.name}`) or --drafter lookup (needs no training)")
 
 
 def load_drafter(path, target, device=None) -> DFlashDrafter:

@@ -277,6 +277,22 @@ def _load_dir(path, dtype: torch.dtype):
     return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
 
 
+def check_device(device: str) -> None:
+    """A device string torch can place the model on here, else a one-line error (before the slow load)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise CaddtreeError(f"device {device!r} is not a torch device: use cpu, cuda, cuda:N or mps "
+                            f"(--device)") from None
+    if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
+        raise CaddtreeError(f"device {device!r}: this machine or torch build has no such CUDA device "
+                            f"({torch.cuda.device_count()} found): use --device cpu, or leave --device out")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise CaddtreeError(f"device {device!r}: MPS is not available here: use --device cpu, or leave --device out")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise CaddtreeError(f"device {device!r}: caddtree runs on cpu, cuda or mps: use one of those (--device)")
+
+
 def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, device: str | None = None,
                 pack: bool | None = None) -> Target:
     """Load a target by built-in name, local HF directory, local .gguf file or hub id.
@@ -287,6 +303,7 @@ def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, 
     from transformers import AutoTokenizer
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    check_device(device)
     spec = str(spec)
     path = Path(spec).expanduser()
     try:

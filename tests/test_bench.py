@@ -318,9 +318,10 @@ def test_split_run_parts_cover_every_prompt_once_round_robin(tmp_path, data_dir,
     from caddtree.cli import build_parser
     monkeypatch.setattr("caddtree.target.load_target", lambda *a, **k: target)
     monkeypatch.setattr("caddtree.profile.ensure_cost_model", lambda *a, **k: cost)
-    args = build_parser().parse_args(["bench", "--report", "--out", str(tmp_path / "out"), "--datasets",
-                                      "gsm8k,math500", "--methods", "ar,ddtree:4", "--num-prompts", "2",
-                                      "--max-new-tokens", "6", "--data-dir", str(data_dir), "--drafter", "lookup"])
+    argv = ["bench", "--report", "--out", str(tmp_path / "out"), "--datasets", "gsm8k,math500", "--methods",
+            "ar,ddtree:4", "--num-prompts", "2", "--max-new-tokens", "6", "--data-dir", str(data_dir), "--drafter",
+            "lookup"]
+    args = build_parser().parse_args(argv)
     with open(tmp_path / "out/records.part1of2.jsonl", "a") as f:  # a prompt cut off after its first method
         f.write(json.dumps({**every[0], "prompt_id": "cut", "method": "ar"}) + "\n")
     args.func(args)
@@ -328,6 +329,13 @@ def test_split_run_parts_cover_every_prompt_once_round_robin(tmp_path, data_dir,
     text = (tmp_path / "out/summary.md").read_text()
     assert "| gsm8k | ddtree:4 | 2 |" in text and "| math500 | ddtree:4 | 2 |" in text
     assert f"| {every[0]['dataset']} | ar | 2 |" in text  # the cut prompt is left out
+    # a report for options no finished prompt was run with, or past the data's last prompt: one line, no summary
+    other = build_parser().parse_args([*argv, "--max-new-tokens", "7"])
+    with pytest.raises(CaddtreeError, match="no prompt in .* has finished every method with these options"):
+        other.func(other)
+    past = build_parser().parse_args([*argv, "--first-prompt", "1000"])
+    with pytest.raises(CaddtreeError, match="--first-prompt 1000 is past the last prompt of gsm8k, math500"):
+        past.func(past)
 
 
 def test_method_order_alternates_per_prompt_within_each_part(tmp_path, data_dir):

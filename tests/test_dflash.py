@@ -117,7 +117,7 @@ def test_mismatched_target(tmp_path, kw, word):
     with pytest.raises(CaddtreeError) as e:
         load_drafter(tmp_path / "d", tiny_target(**kw))
     msg = str(e.value)
-    assert word in msg and "\n" not in msg and "train-drafter" in msg
+    assert word in msg and "\n" not in msg and "train-drafter" in msg and "--drafter lookup" in msg
 
 
 def test_training_lowers_loss(tmp_path):
