@@ -157,6 +157,24 @@ class Decoder:
         self.phi_cal = ({"cheap": PhiCalibration(), "full": PhiCalibration()}
                         if method == "caddtree" and calibrate_phi else None)
 
+    def _prompt_ids(self, prompt_ids) -> torch.Tensor:
+        """Token ids as a list or a [P] / [1, P] integer tensor (a tokenizer's batch of one) -> [P] long on the
+        target's device; a one-line CaddtreeError for anything the embedding lookup would fail on deep in torch."""
+        ids = torch.as_tensor(prompt_ids)
+        if ids.dim() == 2 and ids.shape[0] == 1:
+            ids = ids[0]
+        if ids.dim() != 1:
+            raise CaddtreeError(f"prompt_ids must be one sequence of token ids ([P] or [1, P]), got shape "
+                                f"{list(ids.shape)}: decode one prompt per call")
+        if ids.numel() and (ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool):
+            raise CaddtreeError(f"prompt_ids must be integer token ids, got {ids.dtype}")
+        V = self.target.vocab_size
+        bad = ids[(ids < 0) | (ids >= V)]
+        if bad.numel():
+            raise CaddtreeError(f"prompt_ids hold token id {int(bad[0])}, outside the target's vocabulary [0, {V}): "
+                                f"tokenize with the target's tokenizer")
+        return ids.long().to(self.target.device)
+
     def _check(self, prompt_len: int, max_new_tokens: int) -> None:
         if max_new_tokens <= 0:
             raise CaddtreeError(f"max_new_tokens must be > 0, got {max_new_tokens}")
@@ -244,7 +262,7 @@ class Decoder:
                  on_tokens=None) -> GenerationResult:
         """prompt_ids [P] -> GenerationResult. `on_tokens(list[int])` is called with each round's new tokens."""
         target, device = self.target, self.target.device
-        prompt_ids = prompt_ids.to(device)
+        prompt_ids = self._prompt_ids(prompt_ids)  # [P]
         P = int(prompt_ids.shape[0])
         self._check(P, max_new_tokens)
         gen = torch.Generator().manual_seed(seed) if seed is not None else None

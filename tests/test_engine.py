@@ -101,6 +101,14 @@ def test_bad_inputs_are_clear():
         Decoder(target, RandomDrafter(64), method="ddtree", budget=0)
     with pytest.raises(CaddtreeError, match="unknown method"):
         Decoder(target, method="beam")
+    # prompt ids: one sequence of integer ids inside the vocabulary; a list or a tokenizer's [1, P] batch is fine
+    for ids, match in [(torch.zeros(2, 3, dtype=torch.long), "one sequence of token ids"),
+                       (torch.tensor([1.0, 2.0]), "integer token ids"), (torch.tensor([1, 64]), "token id 64, outside"),
+                       (torch.tensor([-1, 2]), "token id -1, outside"), ([], "empty")]:
+        with pytest.raises(CaddtreeError, match=match):
+            d.generate(ids, 2)
+    ref = d.generate(prompt(0), 3).tokens
+    assert d.generate(prompt(0).tolist(), 3).tokens == d.generate(prompt(0)[None], 3).tokens == ref
 
 
 def first_tokens_histogram(decoder, p, params, k, samples, seed0):
