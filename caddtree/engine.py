@@ -137,6 +137,9 @@ class Decoder:
             raise CaddtreeError(f"method '{method}' needs a drafter")
         if method == "ddtree" and budget < 1:
             raise CaddtreeError(f"tree budget must be >= 1, got {budget}")
+        if method == "ddtree" and budget >= target.max_context:  # its attention mask alone: budget x (ℓ + budget)
+            raise CaddtreeError(f"tree budget {budget} does not fit the target's context window "
+                                f"({target.max_context} tokens): use a smaller budget")
         if method == "caddtree" and cost_model is None:
             raise CaddtreeError("method 'caddtree' needs a cost model (see `caddtree profile`)")
         self.target, self.drafter, self.method = target, drafter, method

@@ -101,6 +101,8 @@ def test_bad_inputs_are_clear():
         Decoder(target, RandomDrafter(64), method="ddtree", budget=0)
     with pytest.raises(CaddtreeError, match="unknown method"):
         Decoder(target, method="beam")
+    with pytest.raises(CaddtreeError, match="tree budget 32 does not fit the target's context window"):
+        Decoder(target, RandomDrafter(64), method="ddtree", budget=32)
     # prompt ids: one sequence of integer ids inside the vocabulary; a list or a tokenizer's [1, P] batch is fine
     for ids, match in [(torch.zeros(2, 3, dtype=torch.long), "one sequence of token ids"),
                        (torch.tensor([1.0, 2.0]), "integer token ids"), (torch.tensor([1, 64]), "token id 64, outside"),
