@@ -835,13 +835,14 @@ def saved_cost_models(out: Path, default_drafter) -> dict:
 
 def cmd_bench(args) -> None:
     from caddtree.accept import SamplingParams
-    from caddtree.cli import check_cost_model_arg, load_drafter_spec, setup_torch
+    from caddtree.cli import check_cost_model_arg, check_out_path, load_drafter_spec, setup_torch
     from caddtree.costmodel import plot_cost_model, save_cost_model
     from caddtree.datasets import load_prompts
     from caddtree.profile import ensure_cost_model
     from caddtree.target import load_target
 
     check_cost_model_arg(args.cost_model)
+    check_out_path(args.out, "--out", directory=True)
     for flag, value in (("--num-prompts", args.num_prompts), ("--max-new-tokens", args.max_new_tokens)):
         if value is not None and value < 1:  # 0 would otherwise read as "not given" and run the default size
             raise CaddtreeError(f"{flag} must be >= 1, got {value}")

@@ -95,6 +95,18 @@ def check_cost_model_arg(path) -> None:
                             f"(same --target and --drafter), or leave --cost-model out to use the per-user cache")
 
 
+def check_out_path(path, flag: str, directory: bool) -> None:
+    """An output path of the wrong kind fails now, not after minutes of work: a file where a directory is wanted, or
+    a directory where a file is."""
+    if path is None:
+        return
+    path = Path(path)
+    if directory and path.exists() and not path.is_dir():
+        raise CaddtreeError(f"{flag} {path} is a file: give a directory (it is created if missing)")
+    if not directory and path.is_dir():
+        raise CaddtreeError(f"{flag} {path} is a directory: give a file path")
+
+
 def setup_torch(args) -> None:
     if args.threads is not None and args.threads < 1:
         raise CaddtreeError(f"--threads must be >= 1, got {args.threads}")
@@ -117,6 +129,7 @@ def cmd_generate(args) -> None:
     if args.max_new_tokens <= 0:
         raise CaddtreeError(f"--max-new-tokens must be > 0, got {args.max_new_tokens}")
     check_cost_model_arg(args.cost_model)
+    check_out_path(args.json, "--json", directory=False)
     target = load_target(args.target, device=args.device)
     drafter = load_drafter_spec(args.drafter, target) if args.method != "ar" else None
     decoder = make_decoder(args, target, drafter)
@@ -157,6 +170,7 @@ def cmd_generate(args) -> None:
 def cmd_profile(args) -> None:
     from caddtree.profile import ensure_cost_model
     from caddtree.target import load_target
+    check_out_path(args.out, "--out", directory=False)
     setup_torch(args)
     target = load_target(args.target, device=args.device)
     drafter = load_drafter_spec(args.drafter, target)
@@ -215,6 +229,10 @@ def main(argv=None) -> int:
         return 2
     except ValueError as e:  # invalid option values (temperature, top-p, budget ...) raised by the library
         print(f"caddtree: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a path the checks above could not foresee (permissions, a full disk ...)
+        print(f"caddtree: error: {e.strerror or e}: {e.filename or ''} (check the path, its permissions and free "
+              f"space)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("caddtree: interrupted", file=sys.stderr)

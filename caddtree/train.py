@@ -591,6 +591,8 @@ def eval_references(target, ddir, name: str, n: int, max_new_tokens: int, layers
 
 
 def cmd_eval(args) -> dict:
+    from caddtree.cli import check_out_path
+    check_out_path(args.json, "--json", directory=False)
     for flag, value in (("--n", args.n), ("--max-new-tokens", args.max_new_tokens), ("--threads", args.threads)):
         if value < 1:
             raise CaddtreeError(f"{flag} must be >= 1, got {value}")
@@ -642,7 +644,11 @@ def check_train_args(args) -> None:
 
 
 def cmd_train(args) -> None:
+    from caddtree.cli import check_out_path
     check_train_args(args)
+    check_out_path(args.out, "--out", directory=True)
+    check_out_path(args.export, "--export", directory=True)
+    check_out_path(args.tokens, "--tokens", directory=False)
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     log = _log_to(out / "log.jsonl")

@@ -30,6 +30,8 @@ from caddtree.cli import main
     (["profile", "--device", "cuda:7"], "no such CUDA device"),
     (["generate", "--device", "meta"], "caddtree runs on cpu, cuda or mps"),
     (["profile", "--threads", "0"], "--threads must be >= 1, got 0"),
+    (["generate", "--json", "/tmp"], "--json /tmp is a directory: give a file path"),
+    (["profile", "--out", "/tmp"], "--out /tmp is a directory"),
     (["eval-drafter", "--drafter", "dflash", "--n", "0"], "--n must be >= 1, got 0"),
     (["eval-drafter", "--drafter", "dflash", "--budgets", "8,x"], "--budgets must be node counts >= 1"),
 ])
@@ -37,6 +39,24 @@ def test_bad_input_one_line(argv, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("caddtree: error:") and needle in err[0], err
+
+
+@pytest.mark.parametrize("command", ["bench", "train-drafter"])
+def test_output_dir_that_is_a_file_fails_first(command, tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    assert main([command, "--out", str(afile)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"caddtree: error: --out {afile} is a file: give a directory (it is created if missing)"]
+
+
+def test_file_system_errors_are_one_line(monkeypatch, capsys):
+    def full_disk(args):
+        raise OSError(28, "No space left on device", "/data/run/records.jsonl")
+    monkeypatch.setattr("caddtree.cli.cmd_generate", full_disk)
+    assert main(["generate"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "No space left on device: /data/run/records.jsonl" in err[0]
 
 
 def test_drafter_specs():
