@@ -863,10 +863,10 @@ def cmd_bench(args) -> None:
     if args.repeats < 1:
         raise CaddtreeError(f"--repeats must be >= 1, got {args.repeats}")
     first = args.first_prompt
-    # fail fast, before loading models
-    prompts = {d: load_prompts(d, first + num, data_dir=args.data_dir)[first:] for d in names}
     if args.report and not list(Path(args.out).glob("records*.jsonl")):
         raise CaddtreeError(f"--report: {args.out} holds no bench records: run the command without --report first")
+    # fail fast, before loading models
+    prompts = {d: load_prompts(d, first + num, data_dir=args.data_dir)[first:] for d in names}
     empty = [d for d in names if not prompts[d]]
     if empty:
         raise CaddtreeError(f"--first-prompt {first} is past the last prompt of {', '.join(empty)}: lower it")
