@@ -282,15 +282,20 @@ def check_device(device: str) -> None:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
-        raise CaddtreeError(f"device {device!r} is not a torch device: use cpu, cuda, cuda:N or mps "
+        raise CaddtreeError(f"device {device!r} is not a torch device: use cpu, cuda, cuda:N, mps, ... "
                             f"(--device)") from None
-    if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
-        raise CaddtreeError(f"device {device!r}: this machine or torch build has no such CUDA device "
-                            f"({torch.cuda.device_count()} found): use --device cpu, or leave --device out")
-    if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise CaddtreeError(f"device {device!r}: MPS is not available here: use --device cpu, or leave --device out")
-    if dev.type not in ("cpu", "cuda", "mps"):
-        raise CaddtreeError(f"device {device!r}: caddtree runs on cpu, cuda or mps: use one of those (--device)")
+    if dev.type == "cpu":
+        return
+    if dev.type == "mps":
+        ok = torch.backends.mps.is_available()
+    else:  # cuda, xpu, ...: the backend's own module says whether it has this device ("meta" holds no data)
+        mod = getattr(torch, dev.type, None)
+        ok = dev.type != "meta" and hasattr(mod, "is_available") and mod.is_available()
+        if ok and dev.index is not None and hasattr(mod, "device_count"):
+            ok = dev.index < mod.device_count()
+    if not ok:
+        raise CaddtreeError(f"device {device!r} is not available on this machine or torch build: use --device cpu, "
+                            f"or leave --device out")
 
 
 def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, device: str | None = None,

@@ -629,8 +629,8 @@ def check_train_args(args) -> None:
     at_least = {"--steps": (args.steps, 1), "--block-size": (args.block_size, 2), "--layers": (args.layers, 1),
                 "--num-target-layers": (args.num_target_layers, 1), "--anchors": (args.anchors, 1),
                 "--seqs-per-step": (args.seqs_per_step, 1), "--max-seq": (args.max_seq, 2),
-                "--warmup": (args.warmup, 0),
-                "--gen-batch": (args.gen_batch, 1), "--max-prompts": (args.max_prompts, 1),
+                "--warmup": (args.warmup, 0), "--gen-batch": (args.gen_batch, 1),
+                "--max-prompts": (args.max_prompts, 1),
                 "--max-prompt-tokens": (args.max_prompt_tokens, 1), "--max-new-tokens": (args.max_new_tokens, 1),
                 "--first-prompt": (args.first_prompt, 0), "--draft-vocab": (args.draft_vocab, 0),
                 "--threads": (args.threads, 1), "--restart-schedule": (args.restart_schedule, 0)}
