@@ -142,6 +142,10 @@ class Decoder:
                                 f"({target.max_context} tokens): use a smaller budget")
         if method == "caddtree" and cost_model is None:
             raise CaddtreeError("method 'caddtree' needs a cost model (see `caddtree profile`)")
+        made_for = (getattr(cost_model, "provenance", None) or {}).get("target_fingerprint")
+        if method == "caddtree" and made_for and made_for != target.fingerprint:  # prices of another model's forward
+            raise CaddtreeError(f"the cost model was profiled for target {made_for}, not {target.fingerprint}: "
+                                f"profile this target (`caddtree profile`)")
         self.target, self.drafter, self.method = target, drafter, method
         self.budget = cost_model.max_nodes if method == "caddtree" else budget
         self.cost_model = cost_model

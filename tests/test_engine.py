@@ -103,6 +103,13 @@ def test_bad_inputs_are_clear():
         Decoder(target, method="beam")
     with pytest.raises(CaddtreeError, match="tree budget 32 does not fit the target's context window"):
         Decoder(target, RandomDrafter(64), method="ddtree", budget=32)
+    from caddtree.costmodel import fit_cost_model
+    meas = {"ns": [0, 1, 4], "ctxs": [8], "verify_ms": [[10.0, 11.0, 13.0]], "draft_ms": 2.0}
+    with pytest.raises(CaddtreeError, match="profiled for target other-model, not"):
+        Decoder(target, RandomDrafter(64), method="caddtree",
+                cost_model=fit_cost_model(meas, {"target_fingerprint": "other-model"}))
+    Decoder(target, RandomDrafter(64), method="caddtree",
+            cost_model=fit_cost_model(meas, {"target_fingerprint": target.fingerprint}))
     # prompt ids: one sequence of integer ids inside the vocabulary; a list or a tokenizer's [1, P] batch is fine
     for ids, match in [(torch.zeros(2, 3, dtype=torch.long), "one sequence of token ids"),
                        (torch.tensor([1.0, 2.0]), "integer token ids"), (torch.tensor([1, 64]), "token id 64, outside"),
