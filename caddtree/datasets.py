@@ -54,10 +54,28 @@ def find_data_dir(path=None) -> Path:
     raise CaddtreeError(f"no benchmark data dir found (looked for ../shared/data): pass --data-dir or set {ENV}")
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+def read_records(path: Path) -> list[dict]:
+    """A benchmark file (JSON array, JSON lines, or gzipped JSON lines) -> its records; one-line CaddtreeError naming
+    the file and line when it cannot be read as such (a truncated copy, the wrong file)."""
+    line = 0
+    try:
+        if path.suffix == ".json":
+            recs = json.loads(path.read_text(encoding="utf-8"))
+        else:
+            opener = gzip.open if path.suffix == ".gz" else open
+            recs = []
+            with opener(path, "rt", encoding="utf-8") as f:
+                for line, text in enumerate(f, 1):
+                    if text.strip():
+                        recs.append(json.loads(text))
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        where = f" line {line}" if line else ""
+        raise CaddtreeError(f"{path}{where} cannot be read ({type(e).__name__}: {str(e).splitlines()[0]}): copy it "
+                            f"again as shared/data/MANIFEST.md describes") from None
+    if not isinstance(recs, list) or not all(isinstance(r, dict) for r in recs):
+        raise CaddtreeError(f"{path} does not hold a list of records: copy it again as shared/data/MANIFEST.md "
+                            f"describes")
+    return recs
 
 
 def _math(problem: str) -> str:
@@ -119,7 +137,7 @@ def load_prompts(name: str, n: int | None = None, data_dir=None) -> list[dict]:
         err = e
     path = root / FILES[name] if root is not None else None
     if path is not None and path.is_file():
-        recs = json.loads(path.read_text(encoding="utf-8")) if path.suffix == ".json" else _read_jsonl(path)
+        recs = read_records(path)
     else:
         try:
             recs = _from_hub(name)
@@ -128,5 +146,9 @@ def load_prompts(name: str, n: int | None = None, data_dir=None) -> list[dict]:
                 raise err from None
             raise CaddtreeError(f"{name}: {path} is missing: pass --data-dir (or set {ENV}) to a dir laid out as "
                                 f"shared/data (see its MANIFEST.md)") from None
-    prompts = _format(name, recs)
+    try:
+        prompts = _format(name, recs)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CaddtreeError(f"{name}: a record of {path or 'the hub copy'} lacks a usable field "
+                            f"({type(e).__name__}: {e}): is this the {name} file of shared/data/MANIFEST.md?") from None
     return prompts if n is None else prompts[:n]

@@ -11,7 +11,6 @@ Never the evaluation sets: GSM8K test, MATH-500, HumanEval, MBPP 11-510, MT-Benc
 from __future__ import annotations
 
 import glob
-import gzip
 import json
 import math
 import os
@@ -22,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from caddtree.datasets import load_prompts
+from caddtree.datasets import load_prompts, read_records
 from caddtree.errors import CaddtreeError
 
 
@@ -41,12 +40,6 @@ def data_dir(arg: str | None = None) -> Path:
     return d
 
 
-def _jsonl(path: Path) -> list[dict]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def _instr(r: dict) -> str:
     extra = (r.get("input") or "").strip()
     return r["instruction"].strip() + ("\n\n" + extra if extra else "")
@@ -55,15 +48,19 @@ def _instr(r: dict) -> str:
 def train_prompts(ddir: Path, seed: int = 0) -> list[tuple[str, str]]:
     """(source, prompt) pairs from the training sets only, shuffled with a fixed seed (any prefix is a fair mix)."""
     out = []
-    out += [("gsm8k", r["question"]) for r in _jsonl(ddir / "gsm8k/train.jsonl")]
-    for name, rel in (("codegen", "gpteacher/Codegen/codegen-instruct.json"),
-                      ("roleplay", "gpteacher/Roleplay/roleplay-simple-deduped-roleplay-instruct.json"),
-                      ("alpaca", "alpaca/alpaca_data_cleaned_1000.json"),
-                      ("codealpaca", "codealpaca/code_alpaca_2k.json")):
-        out += [(name, _instr(r)) for r in json.loads((ddir / rel).read_text(encoding="utf-8"))]
-    for r in _jsonl(ddir / "mbpp/mbpp.jsonl"):  # MBPP train ids only: 1-10 and 511-974 (11-510 is the test split)
-        if 1 <= int(r["task_id"]) <= 10 or 511 <= int(r["task_id"]) <= 974:
-            out.append(("mbpp", r["text"].strip() + "\nYour code should pass this test:\n" + r["test_list"][0]))
+    try:
+        out += [("gsm8k", r["question"]) for r in read_records(ddir / "gsm8k/train.jsonl")]
+        for name, rel in (("codegen", "gpteacher/Codegen/codegen-instruct.json"),
+                          ("roleplay", "gpteacher/Roleplay/roleplay-simple-deduped-roleplay-instruct.json"),
+                          ("alpaca", "alpaca/alpaca_data_cleaned_1000.json"),
+                          ("codealpaca", "codealpaca/code_alpaca_2k.json")):
+            out += [(name, _instr(r)) for r in read_records(ddir / rel)]
+        for r in read_records(ddir / "mbpp/mbpp.jsonl"):  # MBPP train ids only: 1-10, 511-974 (11-510: the test split)
+            if 1 <= int(r["task_id"]) <= 10 or 511 <= int(r["task_id"]) <= 974:
+                out.append(("mbpp", r["text"].strip() + "\nYour code should pass this test:\n" + r["test_list"][0]))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise CaddtreeError(f"a training-prompt record in {ddir} lacks a usable field ({type(e).__name__}: {e}): "
+                            f"lay the data dir out as shared/data/MANIFEST.md describes") from None
     random.Random(seed).shuffle(out)
     return out
 

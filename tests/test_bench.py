@@ -67,6 +67,22 @@ def test_loaders_parse_each_format(data_dir, monkeypatch):
         load_prompts("nope", 1, data_dir=data_dir)
 
 
+def test_broken_data_files_are_one_line_errors(data_dir):
+    """A truncated copy or the wrong file: one line naming the file (and line), never a JSON traceback."""
+    (data_dir / "gsm8k/test.jsonl").write_text('{"question": "Q1"}\n{"question": \n')
+    with pytest.raises(CaddtreeError, match=r"gsm8k/test.jsonl line 2 cannot be read \(JSONDecodeError"):
+        load_prompts("gsm8k", 1, data_dir=data_dir)
+    (data_dir / "humaneval/HumanEval.jsonl.gz").write_bytes(b"not gzip")
+    with pytest.raises(CaddtreeError, match="HumanEval.jsonl.gz.* cannot be read"):
+        load_prompts("humaneval", 1, data_dir=data_dir)
+    _jsonl(data_dir / "math500/test.jsonl", [{"question": "a gsm8k record"}])
+    with pytest.raises(CaddtreeError, match="math500: a record of .* lacks a usable field .*'problem'"):
+        load_prompts("math500", 1, data_dir=data_dir)
+    (data_dir / "alpaca_eval/text_davinci_003/model_outputs.json").write_text('{"instruction": "not a list"}')
+    with pytest.raises(CaddtreeError, match="does not hold a list of records"):
+        load_prompts("alpaca", 1, data_dir=data_dir)
+
+
 def test_parse_methods():
     assert bench.parse_methods("ar,ddtree:8,16,32,caddtree,lookup-ddtree:4,8,hf") == [
         "ar", "ddtree:8", "ddtree:16", "ddtree:32", "caddtree", "lookup-ddtree:4", "lookup-ddtree:8", "hf"]

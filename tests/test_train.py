@@ -74,3 +74,32 @@ def test_token_archive_rebuilds_the_shards_with_their_features(tmp_path):
     other.fingerprint = "other-model"
     with pytest.raises(CaddtreeError, match="load it with that target"):
         load_tokens(other, arch, tmp_path / "x", log=print)
+
+
+def test_training_prompts_come_from_training_sets_only_and_broken_files_fail_in_one_line(tmp_path):
+    import json
+
+    from caddtree.errors import CaddtreeError
+    from caddtree.train import train_prompts
+    d = tmp_path / "data"
+    files = {"gsm8k/train.jsonl": [{"question": "G"}],
+             "gpteacher/Codegen/codegen-instruct.json": [{"instruction": "C", "input": "x"}],
+             "gpteacher/Roleplay/roleplay-simple-deduped-roleplay-instruct.json": [{"instruction": "R"}],
+             "alpaca/alpaca_data_cleaned_1000.json": [{"instruction": "A"}],
+             "codealpaca/code_alpaca_2k.json": [{"instruction": "K"}],
+             "mbpp/mbpp.jsonl": [{"task_id": t, "text": f"M{t}", "test_list": ["assert 1"]} for t in (3, 11, 600)]}
+    for rel, recs in files.items():
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        body = json.dumps(recs) if rel.endswith(".json") else "".join(json.dumps(r) + "\n" for r in recs)
+        (d / rel).write_text(body)
+    got = sorted(train_prompts(d))
+    assert [s for s, _ in got] == sorted(["gsm8k", "codegen", "roleplay", "alpaca", "codealpaca", "mbpp", "mbpp"])
+    assert {p for s, p in got if s == "mbpp"} == {"M3\nYour code should pass this test:\nassert 1",
+                                                  "M600\nYour code should pass this test:\nassert 1"}  # not 11: test
+    assert ("codegen", "C\n\nx") in got
+    (d / "mbpp/mbpp.jsonl").write_text('{"task_id": 3}\n')
+    with pytest.raises(CaddtreeError, match="lacks a usable field"):
+        train_prompts(d)
+    (d / "gsm8k/train.jsonl").write_text("{oops\n")
+    with pytest.raises(CaddtreeError, match="gsm8k/train.jsonl line 1 cannot be read"):
+        train_prompts(d)
