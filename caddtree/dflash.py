@@ -370,11 +370,22 @@ def load_model(path, target, device=None) -> DFlashModel:
     path = Path(path)
     if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
         raise CaddtreeError(f"{path} is not a DFlash drafter directory (needs config.json and model.safetensors)")
-    raw = json.loads((path / "config.json").read_text())
-    if raw.pop("model_type", "caddtree-dflash") != "caddtree-dflash":
+    redo = "re-export it (`caddtree train-drafter --export`) or copy it again"
+    try:
+        raw = json.loads((path / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CaddtreeError(f"{path}/config.json cannot be read ({type(e).__name__}): {redo}") from None
+    if not isinstance(raw, dict) or raw.pop("model_type", "caddtree-dflash") != "caddtree-dflash":
         raise CaddtreeError(f"{path}/config.json is not a caddtree DFlash drafter config")
-    c = DFlashConfig(**raw)
+    try:
+        c = DFlashConfig(**raw)
+    except TypeError as e:  # a missing or unknown field
+        raise CaddtreeError(f"{path}/config.json does not match this caddtree's drafter config ({e}): {redo}") from None
     check_target(c, target, where=f"drafter {path}")
     model = DFlashModel(c)
-    model.load_state_dict(load_file(str(path / "model.safetensors")))
+    try:
+        model.load_state_dict(load_file(str(path / "model.safetensors")))
+    except Exception as e:  # noqa: BLE001  safetensors' own error types (truncated file), or shapes not of this config
+        raise CaddtreeError(f"{path}/model.safetensors does not load into the drafter its config.json describes "
+                            f"({type(e).__name__}: {str(e).splitlines()[0][:120]}): {redo}") from None
     return model.to(device or target.device).bind(target)  # bind after loading: the head follows the saved vocab_map

@@ -120,6 +120,24 @@ def test_mismatched_target(tmp_path, kw, word):
     assert word in msg and "\n" not in msg and "train-drafter" in msg and "--drafter lookup" in msg
 
 
+def test_broken_drafter_directory_is_a_one_line_error(tmp_path):
+    tg = tiny_target()
+    save_drafter(tiny_drafter(tg), tmp_path / "d")
+    weights = (tmp_path / "d/model.safetensors").read_bytes()
+    (tmp_path / "d/model.safetensors").write_bytes(weights[:1000])  # an interrupted copy
+    with pytest.raises(CaddtreeError, match="model.safetensors does not load into the drafter") as e:
+        load_drafter(tmp_path / "d", tg)
+    assert "\n" not in str(e.value)
+    (tmp_path / "d/model.safetensors").write_bytes(weights)
+    cfg = (tmp_path / "d/config.json").read_text()
+    (tmp_path / "d/config.json").write_text(cfg[:20])
+    with pytest.raises(CaddtreeError, match="config.json cannot be read"):
+        load_drafter(tmp_path / "d", tg)
+    (tmp_path / "d/config.json").write_text(cfg.replace('"num_layers"', '"n_layers"'))
+    with pytest.raises(CaddtreeError, match="does not match this caddtree's drafter config"):
+        load_drafter(tmp_path / "d", tg)
+
+
 def test_training_lowers_loss(tmp_path):
     """A few steps of the real training loop on a tiny target with a learnable pattern lower the loss."""
     from caddtree.train import train_drafter
