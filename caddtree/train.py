@@ -560,14 +560,23 @@ def evaluate(drafter, refs, budget: int | None = None) -> dict:
 
 
 def _drafter_from(path, target):
-    from caddtree.dflash import DFlashConfig, DFlashDrafter, DFlashModel, load_drafter
+    from caddtree.dflash import DFlashConfig, DFlashDrafter, DFlashModel, check_target, load_drafter
     path = Path(path)
-    if path.suffix == ".pt":
+    if path.suffix != ".pt":
+        return load_drafter(path, target)
+    if not path.is_file():
+        raise CaddtreeError(f"checkpoint {path} not found: pass a drafter directory or a checkpoint .pt from "
+                            f"`caddtree train-drafter --out DIR`")
+    try:
         ck = torch.load(path, weights_only=False)
-        m = DFlashModel(DFlashConfig(**ck["config"]))
-        m.load_state_dict(ck["model"])
-        return DFlashDrafter(m.bind(target))
-    return load_drafter(path, target)
+        c = DFlashConfig(**ck["config"])
+    except Exception as e:  # noqa: BLE001  pickle/zip errors of a truncated or foreign file
+        raise CaddtreeError(f"{path} is not a caddtree training checkpoint ({type(e).__name__}): pass a drafter "
+                            f"directory or a checkpoint .pt from `caddtree train-drafter --out DIR`") from None
+    check_target(c, target, where=f"checkpoint {path}")
+    m = DFlashModel(c)
+    m.load_state_dict(ck["model"])
+    return DFlashDrafter(m.bind(target))
 
 
 def eval_references(target, ddir, name: str, n: int, max_new_tokens: int, layers: list[int]):

@@ -50,6 +50,20 @@ def test_output_dir_that_is_a_file_fails_first(command, tmp_path, capsys):
     assert err == [f"caddtree: error: --out {afile} is a file: give a directory (it is created if missing)"]
 
 
+def test_eval_drafter_names_a_bad_checkpoint(tmp_path):
+    """eval-drafter reads a checkpoint after loading the target: its reader, on a tiny target."""
+    bad = tmp_path / "step.pt"
+    bad.write_text("not a checkpoint")
+    from caddtree.errors import CaddtreeError
+    from caddtree.train import _drafter_from
+    from conftest import make_tiny_target
+    target = make_tiny_target(0)
+    with pytest.raises(CaddtreeError, match="is not a caddtree training checkpoint"):
+        _drafter_from(bad, target)
+    with pytest.raises(CaddtreeError, match="not found"):
+        _drafter_from(tmp_path / "gone.pt", target)
+
+
 def test_file_system_errors_are_one_line(monkeypatch, capsys):
     def full_disk(args):
         raise OSError(28, "No space left on device", "/data/run/records.jsonl")

@@ -183,6 +183,11 @@ def test_training_lowers_loss(tmp_path):
     # a later phase on new data in another work dir: --init-from continues the exported drafter (not a new one)
     from caddtree.dflash import save_drafter
     save_drafter(model, tmp_path / "export")
+    # eval-drafter reads the checkpoint as well as the export: the same weights either way
+    from caddtree.train import _drafter_from
+    by_ckpt, by_dir = _drafter_from(tmp_path / "ckpt.pt", tg), _drafter_from(tmp_path / "export", tg)
+    for a, b in zip(by_ckpt.model.state_dict().values(), by_dir.model.state_dict().values()):
+        assert torch.equal(a, b)
     fresh = tmp_path / "phase2"
     (fresh / "data").mkdir(parents=True)
     torch.save(recs, fresh / "data" / "shard_00000.pt")
