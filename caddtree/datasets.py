@@ -55,7 +55,7 @@ def find_data_dir(path=None) -> Path:
 
 
 def read_records(path: Path) -> list[dict]:
-    """A benchmark file (JSON array, JSON lines, or gzipped JSON lines) -> its records; one-line CaddtreeError naming
+    """A data file (JSON array, JSON lines, or gzipped JSON lines) -> its records; one-line CaddtreeError naming
     the file and line when it cannot be read as such (a truncated copy, the wrong file)."""
     line = 0
     try:
