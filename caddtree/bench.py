@@ -502,6 +502,9 @@ def _family(method: str):
     return (name, int(arg)) if arg.isdigit() else (method, None)
 
 
+OTHER_MEASURES = ("pooled", "priced")  # besides medians, CaDDTree against the fixed budget best by each (summary)
+
+
 def summarize(records: list[dict], price=None) -> dict:
     """records -> {"rows": [per dataset x method], "oracle": [per dataset x fixed-budget family]}.
 
@@ -557,24 +560,21 @@ def summarize(records: list[dict], price=None) -> dict:
             if not fixed:
                 continue
             best_ms, best_b, best_method = min(fixed)
-            fixed_priced = [(by[(ds, m)]["priced_ms_per_token"], b, m) for _, b, m in fixed
-                            if by[(ds, m)]["priced_ms_per_token"] is not None]
-            priced_ms, priced_b, _ = min(fixed_priced) if len(fixed_priced) == len(fixed) else (None, None, None)
-            fixed_pooled = [(by[(ds, m)]["pooled_ms_per_token"], b, m) for _, b, m in fixed
-                            if by[(ds, m)]["pooled_ms_per_token"] is not None]
-            pooled_ms, pooled_b, _ = min(fixed_pooled) if len(fixed_pooled) == len(fixed) else (None, None, None)
+            by_measure = {}  # measure -> (ms/token, B) of the fixed budget best by it, if every budget has it
+            for measure in OTHER_MEASURES:
+                vals = [(by[(ds, m)][f"{measure}_ms_per_token"], b) for _, b, m in fixed]
+                by_measure[measure] = min(vals) if all(v is not None for v, _ in vals) else (None, None)
             variants = [m for m in methods if (ds, m) in by and m.partition("@")[0] == ours] or [ours]  # @cd2, ...
             for m in variants:
                 o = {"dataset": ds, "family": fam, "oracle_budget": best_b, "oracle_ms_per_token": best_ms,
-                     "method": m, "ms_per_token": None, "ratio": None, "priced_oracle_budget": priced_b,
-                     "priced_ratio": None, "pooled_oracle_budget": pooled_b, "pooled_ratio": None}
+                     "method": m, "ms_per_token": None, "ratio": None}
+                for measure, (ms, b) in by_measure.items():
+                    mine = by[(ds, m)][f"{measure}_ms_per_token"] if (ds, m) in by else None
+                    o[f"{measure}_oracle_budget"] = b
+                    o[f"{measure}_ratio"] = mine / ms if ms is not None and mine is not None else None
                 if (ds, m) in by:
                     o["ms_per_token"] = by[(ds, m)]["ms_per_token"]
                     o["ratio"] = o["ms_per_token"] / best_ms  # <= 1: CaDDTree at least as fast as the oracle budget
-                    if priced_ms is not None and by[(ds, m)]["priced_ms_per_token"] is not None:
-                        o["priced_ratio"] = by[(ds, m)]["priced_ms_per_token"] / priced_ms
-                    if pooled_ms is not None and by[(ds, m)]["pooled_ms_per_token"] is not None:
-                        o["pooled_ratio"] = by[(ds, m)]["pooled_ms_per_token"] / pooled_ms
                     o.update(paired_ratio(ok, ds, m, best_method))
                 oracle.append(o)
     return {"rows": rows, "oracle": oracle}
@@ -647,13 +647,12 @@ def write_summary(summary: dict, out_dir, header: str = "") -> str:
             if o.get("paired_ci"):
                 paired += " [{:.2f}, {:.2f}]".format(*o["paired_ci"])
             faster = f"{o['paired_faster']}/{o['paired_n']}" if o.get("paired_n") else "–"
-            by_price = ("–" if o.get("priced_ratio") is None
-                        else f"{o['priced_ratio']:.3f} (B={o['priced_oracle_budget']})")
-            by_pool = ("–" if o.get("pooled_ratio") is None
-                       else f"{o['pooled_ratio']:.3f} (B={o['pooled_oracle_budget']})")
+            other = "".join(" – |" if o.get(f"{k}_ratio") is None else
+                            f" {o[f'{k}_ratio']:.3f} (B={o[f'{k}_oracle_budget']}) |"
+                            for k, shown in zip(OTHER_MEASURES, (pooled, priced)) if shown)
             md.append(f"| {o['dataset']} | {o['family']} | {o['oracle_budget']} | {o['oracle_ms_per_token']:.2f} | "
                       f"{o['method']} | {_f(o['ms_per_token'])} | {_f(o['ratio'], '{:.3f}')} | {paired} | {faster} |"
-                      + (f" {by_pool} |" if pooled else "") + (f" {by_price} |" if priced else ""))
+                      + other)
     bad = [r for r in rows if r["n"] and r["compared"] and r["match"] < r["compared"]]
     if bad:
         md += ["", "Exact-match failures vs `ar` (greedy): " + ", ".join(

@@ -602,9 +602,11 @@ def cmd_eval(args) -> dict:
     for flag, value in (("--n", args.n), ("--max-new-tokens", args.max_new_tokens), ("--threads", args.threads)):
         if value < 1:
             raise CaddtreeError(f"{flag} must be >= 1, got {value}")
-    if not all(b.strip().isdigit() and int(b) >= 1 for b in args.budgets.split(",") if b.strip()):
+    parts = [b.strip() for b in args.budgets.split(",") if b.strip()]
+    if not all(b.isdigit() and int(b) >= 1 for b in parts):
         raise CaddtreeError(f"--budgets must be node counts >= 1 separated by commas (e.g. 8,16,32), got "
                             f"'{args.budgets}'")
+    budgets = [int(b) for b in parts]
     torch.set_num_threads(args.threads)
     target = _load_target(args.target)
     drafter = _drafter_from(args.drafter, target)
@@ -613,7 +615,7 @@ def cmd_eval(args) -> dict:
     for name in args.datasets.split(","):
         refs = eval_references(target, ddir, name, args.n, args.max_new_tokens, drafter.target_layers)
         res[name] = evaluate(drafter, refs)
-        for n in [int(x) for x in args.budgets.split(",") if x.strip()]:
+        for n in budgets:
             res[name][f"tau_tree{n}"] = evaluate(drafter, refs, budget=n)["tau"]
         print(json.dumps({name: res[name]}), flush=True)
     taus = [res[n]["tau"] for n in args.datasets.split(",")]
