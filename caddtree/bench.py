@@ -448,6 +448,7 @@ def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[
 
 
 def _run_one(m, target, ids, max_new_tokens, sampling, seed, decoder) -> dict:
+    from caddtree.costmodel import OnlineCost
     if m in ("hf", "hf-lookup", "llamacpp"):
         r = (run_llamacpp(target, ids, max_new_tokens, sampling, seed) if m == "llamacpp" else
              run_hf(target, ids, max_new_tokens, sampling, seed, lookup=m == "hf-lookup"))
