@@ -13,7 +13,6 @@ shipped DFlash drafter), `mix-` (DFlash + prompt lookup, `--drafter dflash+looku
 `caddtree@nogate` (a two-stage drafter such as `mix` runs both stages every round: no `budget.DraftGate`),
 `caddtree@predgate` (the gate learns from the policy's predicted gains instead of the realised ones),
 `caddtree@cal` (Φ priced by the acceptance rates observed per predicted δ: `budget.PhiCalibration`),
-`caddtree@online` (C_v corrected by the verify times measured while decoding: `costmodel.OnlineCost`),
 `caddtree@convex` / `@passes` / `@mono` (C_v refitted from the same measurements: convex (the paper's fit), convex
 plus a jump per kernel pass (the default before results/bench-intel-monofit), monotone (the default)),
 peers `hf` / `hf-lookup` (Hugging Face `generate`, plain / prompt_lookup_num_tokens=10) and `llamacpp`
@@ -47,7 +46,7 @@ DEFAULT_METHODS = "ar,ddtree:8,16,32,64,caddtree"
 QUICK = dict(num_prompts=1, max_new_tokens=16, methods="ar,ddtree:4,caddtree")
 PERTURB = {"cd0.5": (0.5, 1.0), "cd2": (2.0, 1.0), "cv0.5": (1.0, 0.5), "cv2": (1.0, 2.0)}  # (C_d, C_v slope) scale
 VARIANTS = {"nogate": {"gate": False}, "predgate": {"gate": "predicted"},  # method suffix -> Decoder(**kw)
-            "cal": {"calibrate_phi": True}, "online": {"online_cost": True}}
+            "cal": {"calibrate_phi": True}}
 REFITS = {"convex": {"row_group": 1, "verify_fit": "convex"}, "passes": {"verify_fit": "convex"},  # method suffix ->
           "mono": {"verify_fit": "monotone"}}  # the cost model refitted from its measurements with these
 PEERS = ("hf", "hf-lookup", "llamacpp")
@@ -448,7 +447,6 @@ def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[
 
 
 def _run_one(m, target, ids, max_new_tokens, sampling, seed, decoder) -> dict:
-    from caddtree.costmodel import OnlineCost
     if m in ("hf", "hf-lookup", "llamacpp"):
         r = (run_llamacpp(target, ids, max_new_tokens, sampling, seed) if m == "llamacpp" else
              run_hf(target, ids, max_new_tokens, sampling, seed, lookup=m == "hf-lookup"))
@@ -468,8 +466,6 @@ def _run_one(m, target, ids, max_new_tokens, sampling, seed, decoder) -> dict:
                overhead_ms=sum(r.build_ms + r.compact_ms for r in res.rounds),
                build_ms=sum(r.build_ms for r in res.rounds),  # tree build + budget choice: the policy's own cost
                second_stage_rounds=None if dec.gate is None else sum(bool(r.second_stage) for r in res.rounds))
-    if isinstance(dec.cost_model, OnlineCost):  # its (a, b) after this generation
-        rec["verify_correction"] = [round(float(c), 4) for c in dec.cost_model.coef]
     if dec.gate is not None:  # per round, so the cost model can price each round's draft (`priced_ms_per_token`)
         rec["second_stage"] = [int(bool(r.second_stage)) for r in res.rounds]
     return rec

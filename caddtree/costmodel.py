@@ -125,49 +125,6 @@ class CostModel:
         return self.draft_ms(ctx) + self.overhead_ms(ctx) + self.verify_ms(n, ctx)
 
 
-class OnlineCost:
-    """A cost model whose C_v follows the verify times measured while decoding (`Decoder(online_cost=True)`).
-
-    A profile is taken once, but what a tree costs against a plain step drifts on a shared machine: on a 2-core KVM
-    guest with both cores decoding, tree verifies ran 30-50% over the profile for minutes at a time while the plain
-    step stayed on it (a multi-row verify is compute-bound, a plain step memory-bound, and a neighbour's load slows
-    the two unevenly). So the two are corrected apart, each by one factor on the profile's curve:
-        C_v'(0; ℓ) = a · C_v(0; ℓ),    C_v'(n; ℓ) = b · C_v(n; ℓ) for n >= 1,
-    a (b) the weighted mean of measured / profiled verify time over the plain (tree) rounds seen, each round's weight
-    fading by `memory` per round of its kind (the machine's state, not the text's: kept across generations), with
-    `prior` rounds at ratio 1 that do not fade, so a few rounds, or none of a kind, leave the profile as it is. The
-    profile's shape in n >= 1 and in ℓ is kept (a tree's cost relative to another tree's did not drift like this);
-    n = 0 is compared explicitly by `budget.choose_tree_size`, so C_v' need not be monotone across 0 -> 1. A round
-    measured over 2x or under 0.5x its profiled time counts as that bound (a descheduled process is not the
-    machine's cost). Everything else is the wrapped model's.
-    """
-
-    def __init__(self, model: CostModel, memory: float = 0.98, prior: float = 3.0):
-        self.model, self.memory, self.prior = model, memory, prior
-        self.ratio_sum = np.zeros(2)  # [plain, tree]: Σ weight · measured / profiled
-        self.weight = np.zeros(2)     # [plain, tree]: Σ weight
-        self.coef = np.ones(2)        # (a, b)
-
-    def __getattr__(self, name):  # max_nodes, draft_ms, overhead_ms, provenance, ...: the profile's
-        return getattr(self.model, name)
-
-    def verify_curve(self, ctx: float) -> np.ndarray:
-        cv = self.model.verify_curve(ctx) * self.coef[1]
-        cv[0] *= self.coef[0] / self.coef[1]
-        return cv
-
-    verify_ms = CostModel.verify_ms  # both read verify_curve: the corrected one
-    round_ms = CostModel.round_ms
-
-    def observe(self, n: int, ctx: float, measured_ms: float) -> None:
-        """One round verified n tree nodes (0: a plain step) on a KV cache of ctx tokens in measured_ms."""
-        k = int(n > 0)
-        ratio = min(max(measured_ms / float(self.model.verify_curve(ctx)[n]), 0.5), 2.0)
-        self.ratio_sum[k] = self.memory * self.ratio_sum[k] + ratio
-        self.weight[k] = self.memory * self.weight[k] + 1.0
-        self.coef[k] = (self.prior + self.ratio_sum[k]) / (self.prior + self.weight[k])
-
-
 def pass_count(n_max: int, group: int) -> np.ndarray:
     """[n_max + 1] the passes beyond the first that a verify of n = 0..n_max tree nodes (n + 1 rows) costs with a
     kernel of `group` rows per pass: ⌊n / group⌋; none for the plain step (n = 0, its own measured cost) or group 1."""

@@ -438,35 +438,3 @@ def test_draft_timing_repeats_and_follows_a_target_step(monkeypatch):
     assert len(meas["draft_ms"]) == 1 and meas["draft_ms"][0] > 0
     assert calls == [20] + [1] * (1 + profile.DRAFT_REPEATS)  # prefill, then one step before each call
     assert lengths == [0] + [20] * (1 + profile.DRAFT_REPEATS)  # each step cropped off again
-
-
-def test_online_cost_learns_the_plain_step_and_the_trees_apart(ref_model):
-    """Plain steps run at the profile, trees 40% over it (a neighbour's load on the compute-bound multi-row verify):
-    the correction finds both factors, keeps the profile's shape in n >= 1, and leaves everything else alone."""
-    online = cmod.OnlineCost(ref_model)
-    assert np.array_equal(online.verify_curve(300), ref_model.verify_curve(300))  # nothing seen: the profile
-    rng = np.random.default_rng(0)
-    for _ in range(300):
-        n, ctx = int(rng.choice([0, 3, 4, 5, 6, 9])), int(rng.integers(100, 900))
-        true = ref_model.verify_ms(n, ctx) * (1.0 if n == 0 else 1.4)
-        online.observe(n, ctx, true * (1 + 0.03 * rng.standard_normal()))
-    a, b = online.coef
-    assert abs(a - 1.0) < 0.03 and abs(b - 1.4) < 0.05, online.coef
-    cv, ref = online.verify_curve(500), ref_model.verify_curve(500)
-    assert cv[0] == pytest.approx(a * ref[0]) and np.allclose(cv[1:], b * ref[1:])
-    assert online.verify_ms(4, 500) == pytest.approx(cv[4]) and online.round_ms(4, 500) > ref_model.round_ms(4, 500)
-    assert online.max_nodes == ref_model.max_nodes and online.draft_ms(500) == ref_model.draft_ms(500)
-    assert online.provenance is ref_model.provenance
-
-
-def test_online_cost_follows_a_change_and_bounds_an_outlier(ref_model):
-    online = cmod.OnlineCost(ref_model)
-    for _ in range(200):
-        online.observe(5, 300, 1.5 * ref_model.verify_ms(5, 300))
-    assert online.coef[1] > 1.45
-    for _ in range(200):  # the neighbour went away
-        online.observe(5, 300, ref_model.verify_ms(5, 300))
-    assert online.coef[1] < 1.05 and online.coef[0] == 1.0  # no plain step seen: its factor is the profile's
-    before = online.coef.copy()
-    online.observe(5, 300, 100 * ref_model.verify_ms(5, 300))  # a descheduled round counts as 2x, once
-    assert online.coef[1] - before[1] < 1.0 / (online.prior + online.weight[1]) + 1e-12

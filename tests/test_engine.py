@@ -417,24 +417,3 @@ def test_phi_calibration_brings_predicted_phi_to_the_realised_acceptance(seed):
         size[cal] = np.mean([r.tree_size for r in late])
     assert gap[False] > 1.0 and abs(gap[True]) < 0.5 * gap[False], gap
     assert size[True] < size[False], size
-
-
-@pytest.mark.parametrize("seed", range(2))
-def test_caddtree_with_online_verify_cost_is_exact_and_learns_from_its_rounds(seed):
-    import numpy as np
-
-    from caddtree.costmodel import CostModel, OnlineCost
-    target = make_tiny_target(seed)
-    p = prompt(seed, 16)
-    expect = reference_greedy(target, p, 60)
-    cv = np.r_[1e-3, 1e-3 * np.arange(1, 17)]  # priced far below what a forward takes: the factors must rise
-    cost = CostModel([1], cv[None], np.zeros(17), [1e-3], [0.0])
-    for name, d in drafters(target, seed).items():
-        dec = Decoder(target, d, method="caddtree", cost_model=cost, online_cost=True)
-        assert isinstance(dec.cost_model, OnlineCost) and dec.cost_model.model is cost
-        for _ in range(2):  # the correction is the machine's: it carries over to the next generation
-            out = dec.generate(p, 60)
-            assert out.tokens == expect, name
-        a, b = dec.cost_model.coef  # every round measured at 2x its price or more (the bound): both factors up
-        assert b > 1.5 and a >= 1.0 and (a > 1.0) == (dec.cost_model.weight[0] > 0), (name, dec.cost_model.coef)
-    assert not isinstance(Decoder(target, d, "ddtree", budget=4, online_cost=True).cost_model, OnlineCost)
