@@ -268,7 +268,9 @@ def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, monkeypatch)
     assert all(r["match_ar"] is True for r in ours), [(r["method"], r.get("first_mismatch")) for r in ours]
     assert all(r["new_tokens"] >= 1 and r["ms_per_token"] > 0 for r in ours)
     spec = [r for r in ours if r["method"] != "ar"]
-    assert all(len(r["tree_sizes"]) == r["rounds"] == len(r["predicted_phi"]) for r in spec)
+    assert all(len(r["tree_sizes"]) == r["rounds"] == len(r["predicted_phi"]) == len(r["verify_ms_rounds"])
+               for r in spec)
+    assert all(sum(r["verify_ms_rounds"]) == pytest.approx(r["verify_ms"], abs=0.01 * r["rounds"]) for r in spec)
     assert all(any(f is not None for f in r["predicted_phi"]) == ("caddtree" in r["method"]) for r in spec)
     assert {r["drafter"] for r in spec} == {"OracleDrafter", "PromptLookupDrafter", "LookupMixtureDrafter"}
     gated = [r for r in spec if r["method"] == "mix-caddtree@cal"]  # the gate's choice per round, to price each

@@ -438,3 +438,32 @@ def test_draft_timing_repeats_and_follows_a_target_step(monkeypatch):
     assert len(meas["draft_ms"]) == 1 and meas["draft_ms"][0] > 0
     assert calls == [20] + [1] * (1 + profile.DRAFT_REPEATS)  # prefill, then one step before each call
     assert lengths == [0] + [20] * (1 + profile.DRAFT_REPEATS)  # each step cropped off again
+
+
+def test_profile_of_an_older_smaller_preset_is_measured_again(tmp_path, monkeypatch, capsys):
+    """A cached verify profile lacking sizes or sweeps its preset now asks for is measured again (the coarse preset
+    grew from 3 to 9 sweeps); the drafter's profile is rebuilt on it with its C_d kept; a `full` one is kept."""
+    from caddtree import profile
+    from caddtree.drafter import PromptLookupDrafter
+
+    monkeypatch.setenv("CADDTREE_CACHE", str(tmp_path))
+    target, drafter = make_tiny_target(vocab=101, max_pos=256), PromptLookupDrafter(101, num_positions=4)
+    monkeypatch.setitem(profile.PRESETS, "coarse", dict(ns=[1, 2, 4], ctxs=[16], repeats=1, warmup=0))
+    m = profile.ensure_cost_model(target, drafter, progress=False)
+    assert profile.covers_preset(m.measurements, "coarse") and profile.covers_preset(m.measurements, None)
+    monkeypatch.setitem(profile.PRESETS, "coarse", dict(ns=[1, 2, 4], ctxs=[16], repeats=2, warmup=0))
+    assert not profile.covers_preset(m.measurements, "coarse")
+    capsys.readouterr()
+    m2 = profile.ensure_cost_model(target, drafter, progress=False)
+    err = capsys.readouterr().err
+    assert "verify cost measured" in err and "rebuilding on it" in err and "kept" in err
+    assert m2.measurements["repeats"] == 2 and m2.measurements["draft_ms"] == m.measurements["draft_ms"]
+    monkeypatch.setitem(profile.PRESETS, "coarse", dict(ns=[1, 2, 3, 4], ctxs=[16], repeats=2, warmup=0))
+    m3 = profile.ensure_cost_model(target, drafter, progress=False)  # one size more
+    assert "verify cost measured" in capsys.readouterr().err and m3.measurements["ns"] == [0, 1, 2, 3, 4]
+    assert "loaded" in (profile.ensure_cost_model(target, drafter, progress=False), capsys.readouterr().err)[1]
+    monkeypatch.setitem(profile.PRESETS, "full", dict(ns=[1, 2], ctxs=[16], repeats=1, warmup=0))
+    m4 = profile.ensure_cost_model(target, drafter, progress=False, preset="full", force=True)
+    assert m4.provenance["preset"] == "full"  # judged by its own preset, not the coarse one asked for below
+    profile.ensure_cost_model(target, drafter, progress=False)
+    assert "loaded" in capsys.readouterr().err
