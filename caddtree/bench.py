@@ -46,7 +46,7 @@ DEFAULT_METHODS = "ar,ddtree:8,16,32,64,caddtree"
 QUICK = dict(num_prompts=1, max_new_tokens=16, methods="ar,ddtree:4,caddtree")
 PERTURB = {"cd0.5": (0.5, 1.0), "cd2": (2.0, 1.0), "cv0.5": (1.0, 0.5), "cv2": (1.0, 2.0)}  # (C_d, C_v slope) scale
 VARIANTS = {"nogate": {"gate": False}, "predgate": {"gate": "predicted"},  # method suffix -> Decoder(**kw)
-            "cal": {"calibrate_phi": True}, "ab": {}}  # ab: C_v and C_d from the profile at $CADDTREE_AB_COST
+            "cal": {"calibrate_phi": True}}
 REFITS = {"convex": {"row_group": 1, "verify_fit": "convex"}, "passes": {"verify_fit": "convex"},  # method suffix ->
           "mono": {"verify_fit": "monotone"}}  # the cost model refitted from its measurements with these
 PEERS = ("hf", "hf-lookup", "llamacpp")
@@ -123,9 +123,6 @@ def _decoder(method: str, target, drafter_for, cost_model_for):
     if base in TREE_METHODS:
         return Decoder(target, drafter, "ddtree", budget=int(arg)), desc
     cm = cost_model_for(drafter)
-    if pert == "ab":  # A/B of two cost profiles in one run (experiment)
-        from caddtree.costmodel import load_cost_model
-        cm = load_cost_model(os.environ["CADDTREE_AB_COST"])
     if pert in PERTURB:
         cm = perturb_cost_model(cm, *PERTURB[pert])
     if pert in REFITS:

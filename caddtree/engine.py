@@ -200,11 +200,14 @@ class Decoder:
         """Marginals [L, V] -> (tree, BudgetChoice or None): the best-first tree, cut by CaDDTree's rule."""
         if self.method != "caddtree":
             return build_tree(log_probs[:room], self.budget), None  # depth capped: no token lands past the budget
-        # built only as far as the choice below can use it (calibrated weights are only known on the full tree)
-        stop = TreeStop(self.cost_model, ctx, draft_ms=draft_ms) if self.phi_cal is None else None
-        tree = build_tree(log_probs[:room], self.budget, stop)
-        lw = tree.log_weights if self.phi_cal is None else self.phi_cal[stage].apply(tree.log_weights)
-        choice = choose_tree_size(lw, self.cost_model, ctx, draft_ms=draft_ms)
+        if self.phi_cal is None:  # built only as far as the choice can use it, which the stop rule keeps
+            stop = TreeStop(self.cost_model, ctx, draft_ms=draft_ms)
+            tree = build_tree(log_probs[:room], self.budget, stop)
+            choice = stop.choice()
+        else:  # calibrated weights are only known on the full tree
+            tree = build_tree(log_probs[:room], self.budget)
+            lw = self.phi_cal[stage].apply(tree.log_weights)
+            choice = choose_tree_size(lw, self.cost_model, ctx, draft_ms=draft_ms)
         return tree.prefix(choice.n), choice
 
     def _draft_tree(self, tokens: torch.Tensor, feats, ctx: int, room: int, stats: RoundStats):

@@ -91,12 +91,15 @@ def test_tree_stop_builds_a_prefix_with_the_same_choice(seed, cost_seed, n_max, 
     lp = torch.log_softmax(torch.randn(L, V, generator=g) * float(torch.empty(1).uniform_(0.1, 8.0, generator=g)), -1)
     cost = random_cost(cost_seed, n_max, flat, jump, group, pass_jump, monotone)
     full = build_tree(lp, cost.max_nodes)
-    cut = build_tree(lp, cost.max_nodes, TreeStop(cost, 512, draft_ms=draft_ms))
+    stop = TreeStop(cost, 512, draft_ms=draft_ms)
+    cut = build_tree(lp, cost.max_nodes, stop)
     assert len(cut) <= len(full) and torch.equal(cut.tokens, full.prefix(len(cut)).tokens)
     assert torch.equal(cut.parents, full.prefix(len(cut)).parents)
     a = choose_tree_size(full.log_weights, cost, 512, draft_ms=draft_ms)
     b = choose_tree_size(cut.log_weights, cost, 512, draft_ms=draft_ms)
+    c = stop.choice()  # what the engine verifies: kept by the stop rule, no second pass
     assert (a.n, a.phi, a.predicted_ms, a.plain_ms) == (b.n, b.phi, b.predicted_ms, b.plain_ms)
+    assert (a.n, a.phi, a.predicted_ms, a.plain_ms) == (c.n, c.phi, c.predicted_ms, c.plain_ms)
 
 
 def test_tree_stop_stops_early_on_weak_drafts():

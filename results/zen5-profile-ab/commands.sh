@@ -4,6 +4,8 @@
 # profile (every size 0-12, 9 sweeps: the preset since this run), `caddtree@ab` with the 3-sweep coarse profile of
 # 04:07 UTC that results/zen5-repeats/ ran on ($CADDTREE_AB_COST). Fixed budgets 4 and 5 beside them. Both cores busy
 # while profiling, as in the run; one bench process per core. Run from the repository root with the venv on PATH.
+# As run: the code of baf7b4c (records without per-round verify times, added to it during the run); caddtree@ab
+# exists only in baf7b4c and 8f0c519 (removed after): `git checkout baf7b4c` to rerun this script.
 export OMP_NUM_THREADS=1
 export CADDTREE_CPU_KERNEL=panel
 export CADDTREE_AB_COST=results/zen5-repeats/cost_model.json

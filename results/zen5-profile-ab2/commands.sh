@@ -5,6 +5,8 @@
 # as the first ($CADDTREE_AB_COST, made by results/zen5-profile-ab/staircase_profile.py). Records now hold each
 # round's verify time (`verify_ms_rounds`). One bench process per core. Run from the repository root with the venv
 # on PATH.
+# As run: code baf7b4c; caddtree@ab exists only in baf7b4c and 8f0c519 (removed after): `git checkout baf7b4c`
+# to rerun this script.
 export OMP_NUM_THREADS=1
 export CADDTREE_CPU_KERNEL=panel
 export CADDTREE_AB_COST=results/zen5-profile-ab/staircase_cost_model.json
