@@ -324,8 +324,8 @@ def _load_verify(target) -> dict | None:
 
 def covers_preset(meas: dict, preset: str | None) -> bool:
     """Whether verify measurements hold every size and sweep their preset asks for now: one measured under an older,
-    smaller version of it (e.g. the coarse preset's 3 sweeps, whose noise mispriced 6+-node trees by 5-10% against
-    5-node ones: results/zen5-staircase) is measured again."""
+    smaller version of it is measured again (the coarse preset before every size 0-12 and 9 sweeps priced 7-10-node
+    trees 2-4% low against 5-node ones, by decoding's own verify times: results/zen5-profile-ab2)."""
     args = PRESETS.get(preset)
     if args is None:
         return True
