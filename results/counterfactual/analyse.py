@@ -210,6 +210,16 @@ def fit_isotonic(train, stage="full"):
     return lambda d, r, st: np.interp(d, x, y)
 
 
+def fit_by_size(train, stage="full"):
+    """Φ by tree size: per prefix size n, accepted / Φ_n over the training prompts' rounds (c_n), as a map of the
+    nodes' δ whose prefix sums are c_n Φ_n (the `cal` hook of `phi` calibrates δ, not Φ)."""
+    acc = sum(arr(r, "acc_" + stage) for p in train for r in p["rounds"])
+    pred = sum(phi(r, stage) for p in train for r in p["rounds"])
+    c = np.where(pred > 0, acc / np.maximum(pred, 1e-9), 1.0)
+    print("accepted / Φ_n by tree size n on the training rounds: " + " ".join(f"{n}:{c[n]:.2f}" for n in range(1, 16)))
+    return lambda d, r, st: np.diff(np.r_[0.0, c[1:len(d) + 1] * np.cumsum(d)])
+
+
 def main():
     by_set = defaultdict(list)
     for p in prompts:
@@ -222,6 +232,9 @@ def main():
     if train:
         cal = fit_isotonic(train)
         rules["caddtree nogate, iso-cal(train)"] = lambda p: run(p, lambda r: ("full", ratio_rule(r, "full", cal)))
+        size_cal = fit_by_size(train)
+        rules["caddtree nogate, size-cal(train)"] = lambda p: run(p, lambda r: ("full", ratio_rule(r, "full",
+                                                                                                size_cal)))
     rules["online cal δ"] = lambda p: run(p, online(by_depth=False))
     rules["online cal depth×δ"] = lambda p: run(p, online())
     rules["online cal depth×δ, no min"] = lambda p: run(p, online(monotone=False))
