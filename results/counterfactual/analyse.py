@@ -232,9 +232,9 @@ def main():
     if train:
         cal = fit_isotonic(train)
         rules["caddtree nogate, iso-cal(train)"] = lambda p: run(p, lambda r: ("full", ratio_rule(r, "full", cal)))
-        size_cal = fit_by_size(train)
-        rules["caddtree nogate, size-cal(train)"] = lambda p: run(p, lambda r: ("full", ratio_rule(r, "full",
-                                                                                                size_cal)))
+        by_size = fit_by_size(train)
+        rules["caddtree nogate, size-cal(train)"] = lambda p: run(p, lambda r: ("full",
+                                                                                ratio_rule(r, "full", by_size)))
     rules["online cal δ"] = lambda p: run(p, online(by_depth=False))
     rules["online cal depth×δ"] = lambda p: run(p, online())
     rules["online cal depth×δ, no min"] = lambda p: run(p, online(monotone=False))
