@@ -1,7 +1,10 @@
 """Price tree-size rules and draft gates on the counterfactual rounds of `collect.py` (no clock: each round at the
 cost profile's C_d (or the first stage's), overhead and C_v(n; ℓ); the tokens it yields from the greedy output).
 
-    [REAL=BENCH_RUN_DIR] python results/counterfactual/analyse.py COST_PROFILE.json ROUNDS.jsonl[.gz] [...]
+    [REAL=BENCH_RUN_DIR] [MEASURED=BENCH_RUN_DIR] python results/counterfactual/analyse.py COST_PROFILE.json ROUNDS.jsonl[.gz] [...]
+
+With MEASURED, the rules still choose on the profile but every round is charged decoding's own costs of that run
+(`measured.py`): the clairvoyant rules choose on those too.
 
 A rule is a function of one round's data -> (stage, n); a prompt's priced ms/token = Σ round ms / Σ (1 + accepted).
 The rounds are those of one trajectory (CaDDTree without gate), so a rule that accepts more per round would have
@@ -16,14 +19,22 @@ from caddtree.budget import DraftGate
 from caddtree.costmodel import load_cost_model
 
 cm = load_cost_model(sys.argv[1])
+if os.environ.get("MEASURED"):
+    sys.path.insert(0, os.path.dirname(__file__))
+    from measured import MeasuredCosts
+    price = MeasuredCosts(os.environ["MEASURED"].split(","))
+    print(price.describe())
+else:
+    price = cm  # what a round is charged
 prompts = [json.loads(l) for f in sys.argv[2:] for l in (gzip.open(f, "rt") if f.endswith(".gz") else open(f))]
 NMAX = 24
 
 
-def costs(r, stage):
-    """[NMAX + 1] round ms for n = 0..NMAX with the given draft stage."""
-    d = cm.draft_ms(r["ctx"]) if stage == "full" else cm.cheap_draft_ms(r["ctx"])
-    return d + cm.overhead_ms(r["ctx"]) + cm.verify_curve(r["ctx"])[:NMAX + 1]
+def costs(r, stage, model=None):
+    """[NMAX + 1] round ms for n = 0..NMAX with the given draft stage, by the profile (or `model`)."""
+    m = cm if model is None else model
+    d = m.draft_ms(r["ctx"]) if stage == "full" else m.cheap_draft_ms(r["ctx"])
+    return d + m.overhead_ms(r["ctx"]) + m.verify_curve(r["ctx"])[:NMAX + 1]
 
 
 def arr(r, key):
@@ -39,8 +50,8 @@ def phi(r, stage, cal=None):
     return np.concatenate(([0.0], np.cumsum(d), np.full(NMAX - len(d), np.sum(d))))[:NMAX + 1]
 
 
-def ratio_rule(r, stage, cal=None):
-    th = (1 + phi(r, stage, cal)) / costs(r, stage)
+def ratio_rule(r, stage, cal=None, model=None):
+    th = (1 + phi(r, stage, cal)) / costs(r, stage, model)
     n = 1 + int(np.argmax(th[1:]))
     return 0 if th[0] >= th[n] else n
 
@@ -52,7 +63,7 @@ def run(prompt, rule):
     for r in prompt["rounds"]:
         stage, n = rule(r)
         n = min(n, len(r["lw_" + stage]))  # a tree cut by the room left
-        ms += costs(r, stage)[n]
+        ms += costs(r, stage, price)[n]
         tok += 1 + arr(r, "acc_" + stage)[n]
         ns.append(n)
     return ms / tok, tok / len(prompt["rounds"]), float(np.mean(ns))
@@ -75,7 +86,7 @@ def shipped(r):
     return "full", ratio_rule(r, "full")
 
 
-def gated(delay="none", **kw):
+def gated(delay="none", cal=None, model=None, **kw):
     """DraftGate with realised gains, as the engine. A round's gains are observed at once (delay "none"), or
     ("deepest", the engine's rule) at the first later round whose start has the output longer than both trees are
     deep (the first stage's depth taken as its node count: lookup trees are chains)."""
@@ -85,15 +96,16 @@ def gated(delay="none", **kw):
     def rule(r):
         while pending and pending[0][0] <= r["start"]:
             gate.observe(*pending.pop(0)[1:])
-        c = costs(r, "cheap")
-        n1 = ratio_rule(r, "cheap")
-        th1 = (1 + phi(r, "cheap")[n1]) / c[n1]
+        cc, cf = (cal or {}).get("cheap"), (cal or {}).get("full")
+        c = costs(r, "cheap", model)
+        n1 = ratio_rule(r, "cheap", cc, model)
+        th1 = (1 + phi(r, "cheap", cc)[n1]) / c[n1]
         band = gate.band(th1, 1 / c[0])
         if not gate.run_rest(band):
             return "cheap", n1
-        n2 = ratio_rule(r, "full")
+        n2 = ratio_rule(r, "full", cf, model)
         a1, a2 = arr(r, "acc_cheap")[n1], arr(r, "acc_full")[n2]
-        obs = (band, (1 + a1) / c[n1], (1 + a2) / costs(r, "full")[n2])
+        obs = (band, (1 + a1) / c[n1], (1 + a2) / costs(r, "full", model)[n2])
         if delay == "none":
             gate.observe(*obs)
         else:
@@ -110,7 +122,7 @@ def hindsight(stages=("full",)):
         def rule(r):
             best = None
             for st in stages:
-                v = 1 + arr(r, "acc_" + st) - theta * costs(r, st)
+                v = 1 + arr(r, "acc_" + st) - theta * costs(r, st, price)
                 n = int(np.argmax(v))
                 if best is None or v[n] > best[0]:
                     best = (v[n], st, n)
@@ -188,7 +200,7 @@ def hindsight_gate(theta):
         best = None
         for st in ("full", "cheap"):
             n = ratio_rule(r, st)
-            v = 1 + arr(r, "acc_" + st)[n] - theta * costs(r, st)[n]
+            v = 1 + arr(r, "acc_" + st)[n] - theta * costs(r, st, price)[n]
             if best is None or v > best[0]:
                 best = (v, st, n)
         return best[1], best[2]
@@ -210,13 +222,47 @@ def fit_isotonic(train, stage="full"):
     return lambda d, r, st: np.interp(d, x, y)
 
 
+class OnlineSizeCal:
+    """accepted / Φ_n per prefix size n, learned within a generation from the verified trees only (as the engine could:
+    a round tells how the prefixes up to its chosen size fared); sizes never verified take the largest verified
+    size's ratio; prior ratio 1 with `strength` expected nodes."""
+
+    def __init__(self, strength=4.0, memory=0.99):
+        self.hit, self.pred = np.zeros(NMAX + 1), np.zeros(NMAX + 1)
+        self.a, self.m = strength, memory
+
+    def __call__(self, d, r, st):
+        c = (self.hit + self.a) / (self.pred + self.a)
+        seen = np.nonzero(self.pred)[0]
+        if len(seen):
+            c[seen[-1] + 1:] = c[seen[-1]]
+        return np.diff(np.r_[0.0, c[1:len(d) + 1] * np.cumsum(d)])
+
+    def observe(self, r, st, n):
+        self.hit *= self.m
+        self.pred *= self.m
+        self.hit[1:n + 1] += arr(r, "acc_" + st)[1:n + 1]
+        self.pred[1:n + 1] += phi(r, st)[1:n + 1]
+
+
+def online_size(gate=False, **kw):
+    cals = {"full": OnlineSizeCal(**kw), "cheap": OnlineSizeCal(**kw)}
+    base = gated(cal=cals) if gate else None
+
+    def rule(r):
+        st, n = base(r) if gate else ("full", ratio_rule(r, "full", cals["full"]))
+        cals[st].observe(r, st, min(n, len(r["lw_" + st])))
+        return st, n
+    return rule
+
+
 def fit_by_size(train, stage="full"):
     """Φ by tree size: per prefix size n, accepted / Φ_n over the training prompts' rounds (c_n), as a map of the
     nodes' δ whose prefix sums are c_n Φ_n (the `cal` hook of `phi` calibrates δ, not Φ)."""
     acc = sum(arr(r, "acc_" + stage) for p in train for r in p["rounds"])
     pred = sum(phi(r, stage) for p in train for r in p["rounds"])
     c = np.where(pred > 0, acc / np.maximum(pred, 1e-9), 1.0)
-    print("accepted / Φ_n by tree size n on the training rounds: " + " ".join(f"{n}:{c[n]:.2f}" for n in range(1, 16)))
+    print(f"accepted / Φ_n by tree size n on the training rounds ({stage}): " + " ".join(f"{n}:{c[n]:.2f}" for n in range(1, 16)))
     return lambda d, r, st: np.diff(np.r_[0.0, c[1:len(d) + 1] * np.cumsum(d)])
 
 
@@ -235,6 +281,14 @@ def main():
         by_size = fit_by_size(train)
         rules["caddtree nogate, size-cal(train)"] = lambda p: run(p, lambda r: ("full",
                                                                                 ratio_rule(r, "full", by_size)))
+        by_size_both = {"full": by_size, "cheap": fit_by_size(train, "cheap")}
+        rules["caddtree gate, size-cal(train)"] = lambda p: run(p, gated(cal=by_size_both))
+    if price is not cm:  # the rules on the costs they are charged: what a perfect profile would be worth
+        rules["caddtree nogate, charged costs"] = lambda p: run(p, lambda r: ("full", ratio_rule(r, "full",
+                                                                                                 model=price)))
+        rules["caddtree gate, charged costs"] = lambda p: run(p, gated(model=price))
+    rules["online size cal"] = lambda p: run(p, online_size())
+    rules["online size cal, gate"] = lambda p: run(p, online_size(gate=True))
     rules["online cal δ"] = lambda p: run(p, online(by_depth=False))
     rules["online cal depth×δ"] = lambda p: run(p, online())
     rules["online cal depth×δ, no min"] = lambda p: run(p, online(monotone=False))
