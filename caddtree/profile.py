@@ -15,7 +15,11 @@ and the whole (ℓ, n) grid is swept once per repeat, so load drifts of a shared
 of bending the curves. A burst of load that covers only some sweeps still bends them (seen once here: a 20 s profile
 priced a 4-node verify 18% over a 5-node one, and CaDDTree then chose plain steps in a sixth of its rounds), so while
 the medians price a smaller tree more than DISTURBED above a larger one at the same ℓ, more sweeps are taken, up to
-3x the preset's repeats. C_v and the overhead belong to the target and the device: they are measured once into a
+3x the preset's repeats. Load over most sweeps bends them without any inversion (seen here: a profile whose cells'
+medians stood a median 28% above their fastest sweep, against 6% in a quiet one, priced a 5-node verify 15% high
+against a plain step and C_d 50% high, and cost CaDDTree 2% on MBPP, results/counterfactual/zen5/), so more sweeps
+are also taken while the cells' medians stand more than BUSY above their minima (`busy`), and C_d gets more calls
+while its median does. C_v and the overhead belong to the target and the device: they are measured once into a
 shared verify profile and every drafter's cost model is built on it (only C_d is measured per drafter).
 """
 from __future__ import annotations
@@ -131,6 +135,17 @@ def _crop_to(cache, ctx: int) -> None:
 
 
 DISTURBED = 0.10  # a smaller tree's median verify this much above a larger one's at the same ℓ: not a quiet profile
+BUSY = 0.15  # timings' medians this much above their minima (median over cells): the machine was busy while profiling
+BUSY_MIN_S = 1e-3  # draft calls faster than this (prompt lookup: ~0.3 ms) scatter by timer jitter, not load
+
+
+def busy(times) -> float:
+    """[repeats, ...] timings -> median over cells of (median / min over repeats) - 1: ~0.05 on a quiet machine
+    (both cores of a bench busy included), far more while other load comes and goes."""
+    if len(times) == 0:
+        return 0.0
+    t = np.asarray(times, dtype=np.float64).reshape(len(times), -1)
+    return float(np.median(np.median(t, 0) / np.maximum(t.min(0), 1e-12)) - 1.0)
 
 
 def inversion(verify_ms) -> float:
@@ -187,8 +202,8 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
             caches.append((cache, int(ids[-1])))
         # sweep the whole (ctx, n) grid once per repeat: load changes on a shared machine hit every cell alike
         sweeps = 0
-        while sweeps < warmup + repeats or (sweeps < max_sweeps
-                                             and inversion(np.median(times[warmup:sweeps], 0)) > DISTURBED):
+        while sweeps < warmup + repeats or (sweeps < max_sweeps and (
+                inversion(np.median(times[warmup:sweeps], 0)) > DISTURBED or busy(times[warmup:sweeps]) > BUSY)):
             r, sweeps = sweeps, sweeps + 1
             if r >= warmup + repeats:
                 bar.total += len(ctxs) * (len(ns) + 1)
@@ -218,14 +233,17 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
     times, over = times[:sweeps], over[:sweeps]
     ms = lambda a, f: (1000 * f(a[warmup:], axis=0)).round(3).tolist()  # noqa: E731
     verify_ms = ms(times, np.median)
-    inv = inversion(verify_ms)
+    inv, load = inversion(verify_ms), busy(times[warmup:])
     if inv > DISTURBED:
         print(f"caddtree: warning: the verify profile stayed disturbed after {sweeps - warmup} sweeps (a smaller tree "
               f"measured {100 * inv:.0f}% over a larger one): re-run `caddtree profile` when the machine is quieter",
               file=sys.stderr)
+    elif load > BUSY:
+        print(f"caddtree: warning: the machine stayed busy through {sweeps - warmup} verify sweeps (timings "
+              f"{100 * load:.0f}% above their fastest): re-run `caddtree profile` when it is quieter", file=sys.stderr)
     return {"ns": ns, "ctxs": ctxs, "verify_ms": verify_ms, "overhead_ms": ms(over, np.median),
             "verify_min_ms": ms(times, np.min), "repeats": repeats, "warmup": warmup, "row_group": group,
-            "sweeps": sweeps - warmup, "inversion": round(inv, 4)}
+            "sweeps": sweeps - warmup, "inversion": round(inv, 4), "busy": round(load, 4)}
 
 
 @torch.inference_mode()
@@ -280,7 +298,12 @@ def _draft_ms(target, drafter, ids, feats, warmup, repeats, g, cache) -> tuple[f
     two_stage = hasattr(drafter, "propose_cheap")
     times, cheap = [], []
     ctx = cache.get_seq_length()  # restored after every target step
-    for r in range(warmup + repeats):
+    step = (2 if two_stage else 1) * NEW_TOKENS
+    room = lambda: len(tokens) + step + getattr(drafter, "num_positions", 0) < target.max_context  # noqa: E731
+    loaded = lambda: busy(times) > BUSY and np.median(times) >= BUSY_MIN_S  # noqa: E731  (`busy`: module docstring)
+    r = 0
+    while r < warmup + repeats or (r < warmup + 3 * repeats and loaded() and room()):
+        r += 1
         for stage in ("full", "cheap") if two_stage else ("full",):
             tokens = torch.cat([tokens, torch.randint(0, target.vocab_size, (NEW_TOKENS,), generator=g).to(device)])
             new_feats = torch.randn(NEW_TOKENS, width, generator=g).to(device, target.dtype) if width else None
@@ -292,8 +315,12 @@ def _draft_ms(target, drafter, ids, feats, warmup, repeats, g, cache) -> tuple[f
             else:  # the first stage, then the second stage skipped (it keeps the features for later)
                 drafter.propose_cheap(tokens)
                 drafter.skip_rest(new_feats)
-            if r >= warmup:
+            if r > warmup:
                 (times if stage == "full" else cheap).append(_now(device) - t0)
+    if loaded():
+        print(f"caddtree: warning: the machine stayed busy through {len(times)} timed draft calls (timings "
+              f"{100 * busy(times):.0f}% above their fastest): re-run `caddtree profile` when it is quieter",
+              file=sys.stderr)
     return 1000 * float(np.median(times)), 1000 * float(np.median(cheap)) if cheap else 0.0
 
 

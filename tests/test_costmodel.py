@@ -418,6 +418,44 @@ def test_profile_takes_more_sweeps_while_the_medians_look_disturbed(monkeypatch,
     assert ("stayed disturbed" in capsys.readouterr().err) == (sweeps == 3 * 2)
 
 
+def test_busy_is_how_far_timings_stand_above_their_fastest():
+    from caddtree.profile import busy
+    quiet = [[[30.0, 40.0]], [[31.0, 41.0]], [[32.0, 42.0]]]  # [repeats, ctxs, ns]
+    assert busy(quiet) == pytest.approx(np.median([31 / 30, 41 / 40]) - 1)
+    loaded = [[[30.0, 40.0]], [[45.0, 60.0]], [[48.0, 62.0]]]  # one quiet sweep, two under load
+    assert busy(loaded) > 0.4
+    assert busy([5.0, 5.0, 5.0]) == 0.0 and busy([]) == 0.0  # flat list of draft calls; nothing timed yet
+
+
+@pytest.mark.parametrize("busy_checks, sweeps", [(2, 2 + 2), (100, 3 * 2)])
+def test_profile_takes_more_sweeps_while_the_machine_looks_busy(monkeypatch, capsys, busy_checks, sweeps):
+    """Medians standing > BUSY over their minima (load over most sweeps bends the curve without any inversion)
+    also ask for more sweeps, at most 3x the repeats, and a profile still busy then says so in one line."""
+    from caddtree import profile
+    calls = []
+    monkeypatch.setattr(profile, "busy", lambda t: (calls.append(1), 1.0 if len(calls) <= busy_checks else 0.0)[1])
+    monkeypatch.setattr(profile, "inversion", lambda v: 0.0)
+    m = profile.profile_verify(make_tiny_target(vocab=101, max_pos=256), [1, 2], [16], repeats=2, warmup=1,
+                               progress=False)
+    assert m["sweeps"] == sweeps and m["busy"] == (1.0 if sweeps == 3 * 2 else 0.0)
+    assert ("stayed busy" in capsys.readouterr().err) == (sweeps == 3 * 2)
+
+
+def test_draft_timing_takes_more_calls_while_the_machine_looks_busy(monkeypatch):
+    from caddtree import profile
+    from caddtree.drafter import PromptLookupDrafter
+    target = make_tiny_target(vocab=101, max_pos=512)
+    steps = []
+    forward = target.forward
+    monkeypatch.setattr(target, "forward", lambda ids, cache, *a, **k: (steps.append(1), forward(ids, cache, *a,
+                                                                                                  **k))[1])
+    checks = []
+    monkeypatch.setattr(profile, "busy", lambda t: (checks.append(1), 1.0 if len(checks) <= 3 else 0.0)[1])
+    monkeypatch.setattr(profile, "BUSY_MIN_S", 0.0)  # the tiny drafter's calls take microseconds
+    profile.profile_draft(target, PromptLookupDrafter(101, num_positions=4), [20], repeats=2, warmup=1)
+    assert len(steps) == 1 + 1 + profile.DRAFT_REPEATS + 3  # prefill, warm-up, the repeats, 3 more while busy
+
+
 def test_draft_timing_repeats_and_follows_a_target_step(monkeypatch):
     """C_d is the median of at least DRAFT_REPEATS timed calls, each right after a one-token target step (the cache
     state decoding drafts in), and the step leaves the profile's cache as it was."""
