@@ -18,8 +18,8 @@ the medians price a smaller tree more than DISTURBED above a larger one at the s
 3x the preset's repeats. Load over most sweeps bends them without any inversion (seen here: a profile whose cells'
 medians stood a median 28% above their fastest sweep, against 6% in a quiet one, priced a 5-node verify 15% high
 against a plain step and C_d 50% high, and cost CaDDTree 2% on MBPP, results/counterfactual/zen5/), so more sweeps
-are also taken while the cells' medians stand more than BUSY above their minima (`busy`), and C_d gets more calls
-while its median does. C_v and the overhead belong to the target and the device: they are measured once into a
+are also taken while the cells' medians stand more than BUSY above their minima (`busy`), and C_d takes more calls
+while its calls' median does (calls of a millisecond or more: faster ones scatter by timer jitter). C_v and the overhead belong to the target and the device: they are measured once into a
 shared verify profile and every drafter's cost model is built on it (only C_d is measured per drafter).
 """
 from __future__ import annotations
