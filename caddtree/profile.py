@@ -371,7 +371,8 @@ def _measure_verify(target, preset: str, progress: bool) -> dict:
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # per process: parallel profiles may write at once
     tmp.write_text(json.dumps(doc, indent=1))
     tmp.replace(path)  # atomic: parallel processes see the old file or the new one
-    print(f"cost model: verify cost measured ({preset} preset, {meas['profile_s']} s) -> {path}", file=sys.stderr)
+    print(f"cost model: verify cost measured ({preset} preset, {meas['sweeps']} sweeps, {100 * meas['busy']:.0f}% busy, "
+          f"{meas['profile_s']} s) -> {path}", file=sys.stderr)
     return doc
 
 
