@@ -1,7 +1,8 @@
 """Price tree-size rules and draft gates on the counterfactual rounds of `collect.py` (no clock: each round at the
 cost profile's C_d (or the first stage's), overhead and C_v(n; ℓ); the tokens it yields from the greedy output).
 
-    [REAL=BENCH_RUN_DIR] [MEASURED=BENCH_RUN_DIR] python results/counterfactual/analyse.py COST_PROFILE.json ROUNDS.jsonl[.gz] [...]
+    [REAL=BENCH_RUN_DIR] [MEASURED=BENCH_RUN_DIR] python results/counterfactual/analyse.py COST_PROFILE.json \
+        ROUNDS.jsonl[.gz] [...]
 
 With MEASURED, the rules still choose on the profile but every round is charged decoding's own costs of that run
 (`measured.py`): the clairvoyant rules choose on those too.
