@@ -19,8 +19,9 @@ the medians price a smaller tree more than DISTURBED above a larger one at the s
 medians stood a median 28% above their fastest sweep, against 6% in a quiet one, priced a 5-node verify 15% high
 against a plain step and C_d 50% high, and cost CaDDTree 2% on MBPP, results/counterfactual/zen5/), so more sweeps
 are also taken while the cells' medians stand more than BUSY above their minima (`busy`), and C_d takes more calls
-while its calls' median does (calls of a millisecond or more: faster ones scatter by timer jitter). C_v and the overhead belong to the target and the device: they are measured once into a
-shared verify profile and every drafter's cost model is built on it (only C_d is measured per drafter).
+while its calls' median does (calls of a millisecond or more: faster ones scatter by timer jitter). C_v and the
+overhead belong to the target and the device: they are measured once into a shared verify profile and every
+drafter's cost model is built on it (only C_d is measured per drafter).
 """
 from __future__ import annotations
 
@@ -148,6 +149,11 @@ def busy(times) -> float:
     return float(np.median(np.median(t, 0) / np.maximum(t.min(0), 1e-12)) - 1.0)
 
 
+def _warn_busy(timed: str, load: float) -> None:
+    print(f"caddtree: warning: the machine stayed busy through {timed} (timings {100 * load:.0f}% above their "
+          "fastest): re-run `caddtree profile` when it is quieter", file=sys.stderr)
+
+
 def inversion(verify_ms) -> float:
     """[ctxs, ns] median verify times, ns increasing -> the largest relative excess of a smaller tree's time over a
     larger tree's at the same ctx (0 when every row is non-decreasing in n)."""
@@ -239,8 +245,7 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
               f"measured {100 * inv:.0f}% over a larger one): re-run `caddtree profile` when the machine is quieter",
               file=sys.stderr)
     elif load > BUSY:
-        print(f"caddtree: warning: the machine stayed busy through {sweeps - warmup} verify sweeps (timings "
-              f"{100 * load:.0f}% above their fastest): re-run `caddtree profile` when it is quieter", file=sys.stderr)
+        _warn_busy(f"{sweeps - warmup} verify sweeps", load)
     return {"ns": ns, "ctxs": ctxs, "verify_ms": verify_ms, "overhead_ms": ms(over, np.median),
             "verify_min_ms": ms(times, np.min), "repeats": repeats, "warmup": warmup, "row_group": group,
             "sweeps": sweeps - warmup, "inversion": round(inv, 4), "busy": round(load, 4)}
@@ -318,9 +323,7 @@ def _draft_ms(target, drafter, ids, feats, warmup, repeats, g, cache) -> tuple[f
             if r > warmup:
                 (times if stage == "full" else cheap).append(_now(device) - t0)
     if loaded():
-        print(f"caddtree: warning: the machine stayed busy through {len(times)} timed draft calls (timings "
-              f"{100 * busy(times):.0f}% above their fastest): re-run `caddtree profile` when it is quieter",
-              file=sys.stderr)
+        _warn_busy(f"{len(times)} timed draft calls", busy(times))
     return 1000 * float(np.median(times)), 1000 * float(np.median(cheap)) if cheap else 0.0
 
 
