@@ -223,6 +223,12 @@ def fit_isotonic(train, stage="full"):
     return lambda d, r, st: np.interp(d, x, y)
 
 
+def size_scaled(d, c):
+    """Node weights δ [k] -> weights whose prefix sums are c_n Φ_n (c [NMAX + 1] per prefix size n, c_0 unused): Φ
+    calibrated by tree size through the `cal` hook of `phi`, which maps δ."""
+    return np.diff(np.r_[0.0, c[1:len(d) + 1] * np.cumsum(d)])
+
+
 class OnlineSizeCal:
     """accepted / Φ_n per prefix size n, learned within a generation from the verified trees only (as the engine could:
     a round tells how the prefixes up to its chosen size fared); sizes never verified take the largest verified
@@ -237,7 +243,7 @@ class OnlineSizeCal:
         seen = np.nonzero(self.pred)[0]
         if len(seen):
             c[seen[-1] + 1:] = c[seen[-1]]
-        return np.diff(np.r_[0.0, c[1:len(d) + 1] * np.cumsum(d)])
+        return size_scaled(d, c)
 
     def observe(self, r, st, n):
         self.hit *= self.m
@@ -264,7 +270,7 @@ def fit_by_size(train, stage="full"):
     pred = sum(phi(r, stage) for p in train for r in p["rounds"])
     c = np.where(pred > 0, acc / np.maximum(pred, 1e-9), 1.0)
     print(f"accepted / Φ_n by tree size n on the training rounds ({stage}): " + " ".join(f"{n}:{c[n]:.2f}" for n in range(1, 16)))
-    return lambda d, r, st: np.diff(np.r_[0.0, c[1:len(d) + 1] * np.cumsum(d)])
+    return lambda d, r, st: size_scaled(d, c)
 
 
 def main():
