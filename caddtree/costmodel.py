@@ -70,6 +70,10 @@ class CostModel:
         self.row_group = int(self.row_group)
         self.pass_ms = np.zeros(len(self.ctxs)) if self.pass_ms is None else np.asarray(self.pass_ms, np.float64)
         self.passes = pass_count(self.verify.shape[1] - 1, self.row_group)  # [max_nodes + 1] ⌊n / g⌋ (0 if g = 1)
+        # C_v with its pass jumps on the ctx grid, and its slope past the grid: `verify_curve` (every round, twice
+        # with a draft gate) blends one table; the ops saved weigh there, run cache-cold right after a verify
+        self._curve = self.verify + self.pass_ms[:, None] * self.passes
+        self._curve_slope = self.verify_slope + self._scalar_slope(self.pass_ms) * self.passes
 
     @property
     def max_nodes(self) -> int:
@@ -91,10 +95,7 @@ class CostModel:
 
     def verify_curve(self, ctx: float) -> np.ndarray:
         """[max_nodes + 1] C_v(n; ctx) for n = 0..max_nodes (the per-round hot path: a few numpy ops)."""
-        curve = self._ctx_blend(self.verify, self.verify_slope, ctx)
-        if self.row_group == 1:
-            return curve
-        return curve + self._ctx_blend(self.pass_ms, self._scalar_slope(self.pass_ms), ctx) * self.passes
+        return self._ctx_blend(self._curve, self._curve_slope, ctx)
 
     def verify_ms(self, n, ctx: float):
         """C_v(n; ctx) in ms; n an int (-> float) or a 1-D array/tensor of ints (-> np.ndarray)."""

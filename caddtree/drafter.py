@@ -16,6 +16,8 @@ import math
 
 import torch
 
+from caddtree.tree import SparseMarginals
+
 
 class Drafter:
     """Base class. `target_layers` are the target layer ids whose outputs the drafter reads (none: no features)."""
@@ -164,32 +166,48 @@ class PromptLookupDrafter(Drafter):
         self.calibration.expect(len(seq), [max(v, key=v.get) if v else None for v in out])
         return out
 
+    def _vote_mass(self, votes: list[dict[int, int]]) -> tuple[list[float], list[tuple[int, int, float]]]:
+        """-> (shift [L]: log(1 - c_i) where position i has votes, else 0; (i, token, c_i * its share of the votes)
+        per voted token): position i's law becomes c_i * (votes shared by count) + (1 - c_i) * its own law."""
+        shift, entries = [0.0] * len(votes), []
+        for i, v in enumerate(votes):
+            if v:
+                conf, total = self.calibrated(i), sum(v.values())
+                shift[i] = math.log1p(-conf)
+                entries += [(i, tok, conf * cnt / total) for tok, cnt in v.items()]
+        return shift, entries
+
     def mix_into(self, votes: list[dict[int, int]], log_probs: torch.Tensor) -> torch.Tensor:
         """Position i with votes: p_i = c_i * (votes shared by count) + (1 - c_i) * exp(log_probs[i]), c_i the
         calibrated hit rate; other positions keep log_probs[i]. log_probs [L, V] -> [L, V].
         Only the voted entries need a log-sum; the rest of a row is a shift by log(1 - c_i) (a full-row logaddexp
         would cost ~1 ms per row here), all rows in one batch of tensor ops."""
-        shift = [0.0] * len(votes)
-        rows, toks, mass = [], [], []  # one entry per voted (position, token)
-        for i, v in enumerate(votes):
-            if v:
-                conf, total = self.calibrated(i), sum(v.values())
-                shift[i] = math.log1p(-conf)
-                for tok, cnt in v.items():
-                    rows.append(i), toks.append(tok), mass.append(conf * cnt / total)
-        if not rows:
+        shift, entries = self._vote_mass(votes)
+        if not entries:
             return log_probs
         dev = log_probs.device
-        shift_t = torch.tensor(shift, dtype=log_probs.dtype, device=dev)  # [L]
+        rows, toks, mass = zip(*entries)
         r, t = torch.tensor(rows, device=dev), torch.tensor(toks, device=dev)
-        out = log_probs + shift_t[:, None]
+        out = log_probs + torch.tensor(shift, dtype=log_probs.dtype, device=dev)[:, None]
         out[r, t] = torch.logaddexp(out[r, t], torch.tensor(mass, dtype=log_probs.dtype, device=dev).log())
         return out
 
+    def sparse_marginals(self, votes: list[dict[int, int]]) -> SparseMarginals:
+        """This drafter's own marginals: the votes mixed into the uniform law, as the voted tokens over a flat rest
+        (what the tree builder reads without a pass over the vocabulary)."""
+        flat = -math.log(self.vocab_size)
+        shift, entries = self._vote_mass(votes)
+        rest = [flat + s for s in shift]
+        listed = [[] for _ in votes]
+        for i, tok, m in entries:
+            listed[i].append((math.log(m + math.exp(rest[i])), tok))
+        listed = [sorted(row, key=lambda e: -e[0]) for row in listed]  # stable: ties keep the most recent match first
+        return SparseMarginals([[t for _, t in row] for row in listed], [[lp for lp, _ in row] for row in listed],
+                               rest, self.vocab_size)
+
     def marginals(self, votes: list[dict[int, int]]) -> torch.Tensor:
-        """This drafter's own marginals [L, V]: the votes mixed into the uniform law."""
-        L, V = self.num_positions, self.vocab_size
-        return self.mix_into(votes, torch.full((L, V), -math.log(V)))
+        """This drafter's own marginals [L, V], dense."""
+        return self.sparse_marginals(votes).dense()
 
     def propose(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         return self.marginals(self.votes(tokens.tolist()))
@@ -223,10 +241,10 @@ class LookupMixtureDrafter(Drafter):
         self.lookup.reset(prompt_ids)
         self._votes, self._pending = None, []
 
-    def propose_cheap(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Stage 1: prompt lookup alone (uniform where it has no vote) -> log_probs [L, V]."""
+    def propose_cheap(self, tokens: torch.Tensor) -> SparseMarginals:
+        """Stage 1: prompt lookup alone (uniform where it has no vote) -> its [L, V] marginals as `SparseMarginals`."""
         self._votes = self.lookup.votes(tokens.tolist())
-        return self.lookup.marginals(self._votes)
+        return self.lookup.sparse_marginals(self._votes)
 
     def skip_rest(self, features: torch.Tensor | None) -> None:
         """Stage 2 skipped this round: keep the features for the trained drafter's next call."""

@@ -48,7 +48,7 @@ class RoundStats:
     draft_ms: float = 0.0
     build_ms: float = 0.0  # tree build + budget choice
     verify_ms: float = 0.0
-    compact_ms: float = 0.0  # acceptance walk + cache compaction
+    compact_ms: float = 0.0  # the rest of the round: acceptance walk, cache compaction, the gate's learning
     predicted_phi: float | None = None  # CaDDTree: expected accepted draft tokens of the chosen tree
     predicted_ms: float | None = None   # CaDDTree: the cost model's round time for the chosen tree
     second_stage: bool | None = None    # two-stage drafter under CaDDTree: whether the gate ran the costly stage
@@ -210,10 +210,12 @@ class Decoder:
             choice = choose_tree_size(lw, self.cost_model, ctx, draft_ms=draft_ms)
         return tree.prefix(choice.n), choice
 
-    def _draft_tree(self, tokens: torch.Tensor, feats, ctx: int, room: int, stats: RoundStats):
-        """-> (tree to verify, GateProbe if the gate ran the costly stage and learns from realised gains, else None)"""
+    def _draft_tree(self, committed: list[int], feats, ctx: int, room: int, stats: RoundStats, start: float):
+        """-> (tree to verify, GateProbe if the gate ran the costly stage and learns from realised gains, else None).
+        `start`: the round's start time (the drafting laps count from it)."""
         device = self.target.device
-        clock = [_now(device)]
+        clock = [start]
+        tokens = torch.tensor(committed, device=device)
 
         def lap() -> float:  # ms since the previous lap
             t = _now(device)
@@ -294,12 +296,13 @@ class Decoder:
         committed = prompt_ids.tolist()
         probes: list[GateProbe] = []  # rounds whose stage-1-only outcome the gate learns once the output decides it
         while True:
+            t0 = _now(device)  # a round's parts add up to its whole time: decode time = the sum of the rounds'
             ctx = len(committed) - 1
             stats = RoundStats(ctx=ctx, tree_size=0, accepted=0, emitted=0)
             room = max_new_tokens - len(result.tokens) - 1  # draft depth that can still be emitted
             tree, probe = Tree.empty(), None
             if speculative and room > 0:
-                tree, probe = self._draft_tree(torch.tensor(committed, device=device), feats, ctx, room, stats)
+                tree, probe = self._draft_tree(committed, feats, ctx, room, stats, t0)
             t1 = _now(device)
             logits, vfeats = verify_tree(target, cache, committed[-1], tree)
             t2 = _now(device)
@@ -313,7 +316,7 @@ class Decoder:
             else:
                 feats = vfeats
             new = tree.tokens[path].tolist() + [bonus]
-            stats.verify_ms, stats.compact_ms = 1000 * (t2 - t1), 1000 * (_now(device) - t2)
+            stats.verify_ms = 1000 * (t2 - t1)
             stats.tree_size, stats.accepted = len(tree), len(path)
 
             room = max_new_tokens - len(result.tokens)
@@ -328,11 +331,12 @@ class Decoder:
                 probes.append(probe)
             result.tokens.extend(new)
             committed.extend(new)
-            if on_tokens is not None:
-                on_tokens(new)
             done = hit is not None or len(result.tokens) >= max_new_tokens
             if probes:
                 probes = self._observe_realised(probes, result.tokens, final=done)
+            stats.compact_ms = 1000 * (_now(device) - t0) - stats.draft_ms - stats.build_ms - stats.verify_ms
+            if on_tokens is not None:  # the caller's time (e.g. printing the stream), not the decoder's
+                on_tokens(new)
             if done:
                 result.stop_reason = "eos" if hit is not None else "length"
                 return result

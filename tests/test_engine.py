@@ -304,6 +304,33 @@ def test_gated_two_stage_caddtree_is_exact_and_skips_where_stage_two_does_not_pa
         assert all(0 < sum(r) < len(r) / 2 for r in ran), ran
 
 
+def test_round_times_add_up_to_the_decode_time_and_leave_out_the_callers(monkeypatch):
+    """On a fake clock that only the gate's learning (after the verify, once the output passes a round) and the
+    caller's stream callback move: the rounds' parts count the first and not the second."""
+    import numpy as np
+
+    import caddtree.engine as eng
+    from caddtree.costmodel import CostModel
+    clock, observed = [0.0], []
+    monkeypatch.setattr(eng, "_now", lambda device: clock[0])
+    learn = eng.Decoder._observe_realised
+
+    def slow_learn(self, *args, **kwargs):
+        clock[0] += 1.0
+        observed.append(1)
+        return learn(self, *args, **kwargs)
+
+    monkeypatch.setattr(eng.Decoder, "_observe_realised", slow_learn)
+    target = make_tiny_target(0)
+    cost = CostModel([1], np.r_[10.0, 10.0 + 0.5 * np.arange(1, 17)][None], np.zeros(17), [0.2], [0.0],
+                     cheap_draft=[0.1])
+    mix = LookupMixtureDrafter(RandomDrafter(target.vocab_size, 4), PromptLookupDrafter(target.vocab_size, 4))
+    out = Decoder(target, mix, method="caddtree", cost_model=cost).generate(
+        prompt(0, 16), 40, on_tokens=lambda new: clock.__setitem__(0, clock[0] + 100.0))
+    assert observed and out.decode_ms == pytest.approx(1000.0 * len(observed))
+    assert sum(r.compact_ms for r in out.rounds) == pytest.approx(1000.0 * len(observed))
+
+
 @pytest.mark.parametrize("seed", range(2))
 def test_realised_gate_skips_an_overconfident_stage_two_that_the_predicted_gate_keeps(seed):
     """Stage 2 = random marginals with top probabilities near 1: its predicted gain is large, its trees are almost
@@ -356,7 +383,19 @@ def test_two_stage_mixture_equals_one_call():
     b = two.propose_rest(toks[:15], feats[11:14])
     assert torch.allclose(a, b)
     cheap = two.propose_cheap(toks[:16])
-    assert torch.allclose(cheap, PromptLookupDrafter(target.vocab_size, 4).propose(toks[:16]))
+    assert torch.allclose(cheap.dense(), PromptLookupDrafter(target.vocab_size, 4).propose(toks[:16]))
+
+
+def test_lookup_sparse_marginals_are_the_votes_mixed_into_the_uniform_law():
+    V = 64
+    look = PromptLookupDrafter(V, 4)
+    votes = look.votes(prompt(3, 40, V).tolist() + prompt(3, 40, V)[:6].tolist())  # a repeat: votes at each position
+    assert all(votes)
+    sparse = look.sparse_marginals(votes)
+    uniform = torch.full((4, V), -math.log(V))
+    assert torch.allclose(sparse.dense(), look.mix_into(votes, uniform), atol=1e-6)
+    assert torch.allclose(sparse.dense().exp().sum(-1), torch.ones(4), atol=1e-5)
+    assert all(row == sorted(row, reverse=True) for row in sparse.log_probs)
 
 
 def test_profile_times_both_stages_of_a_two_stage_drafter():

@@ -5,7 +5,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from caddtree.tree import Tree, ancestor_mask, build_tree, verify_inputs
+from caddtree.tree import SparseMarginals, Tree, ancestor_mask, build_tree, verify_inputs
 
 
 def brute_force_weights(log_probs: torch.Tensor, n: int) -> list[float]:
@@ -113,3 +113,37 @@ def test_build_tree_siblings_stay_distinct_on_tied_rows():
     tree = build_tree(torch.full((3, 49152), -10.8), 64)
     first = tree.tokens[tree.depths == 1].tolist()
     assert len(tree) == 64 and len(first) == len(set(first)) > 8
+
+
+@settings(max_examples=80, deadline=None)
+@given(L=st.integers(1, 5), V=st.integers(2, 40), n=st.integers(1, 40), seed=st.integers(0, 10_000))
+def test_build_tree_on_sparse_marginals_matches_their_dense_form(L, V, n, seed):
+    """Listed tokens over a flat rest (prompt lookup's marginals): the tree read from the list has the dense law's
+    best weights, each node's weight its parent's plus its token's dense log-prob, and distinct siblings."""
+    g = torch.Generator().manual_seed(seed)
+    tokens, log_probs, rest = [], [], []
+    for _ in range(L):
+        m = int(torch.randint(0, min(V, 4) + 1, (1,), generator=g))
+        toks = torch.randperm(V, generator=g)[:m].tolist()
+        mass = torch.rand(m + 1, generator=g, dtype=torch.float64) + 0.05
+        mass = mass / mass.sum()  # the listed tokens' shares, and the rest's spread over the others
+        r = math.log(mass[-1].item() / (V - m)) if m < V else -50.0
+        lp = sorted((math.log(mass[j].item() + math.exp(r)) for j in range(m)), reverse=True)
+        tokens.append(toks), log_probs.append(lp), rest.append(r)
+    sparse = SparseMarginals(tokens, log_probs, rest, V)
+    dense = sparse.dense().double()
+    assert dense.shape == (L, V) and torch.equal(sparse[:2].dense(), sparse.dense()[:2])
+    tree, ref = build_tree(sparse, n), build_tree(dense, n)
+    assert len(tree) == len(ref)
+    assert torch.allclose(tree.log_weights, ref.log_weights, atol=1e-5)
+    for i in range(len(tree)):
+        p, d, t = tree.parents[i].item(), tree.depths[i].item(), tree.tokens[i].item()
+        parent_w = 0.0 if p < 0 else tree.log_weights[p].item()
+        assert math.isclose(tree.log_weights[i].item(), parent_w + dense[d - 1, t].item(), abs_tol=1e-5)
+    pairs = list(zip(tree.parents.tolist(), tree.tokens.tolist()))
+    assert len(set(pairs)) == len(pairs)
+
+
+def test_sparse_marginals_take_only_a_slice():
+    with pytest.raises(TypeError, match="slice"):
+        SparseMarginals([[1]], [[-0.1]], [-9.0], 100)[0]
