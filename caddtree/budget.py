@@ -87,23 +87,23 @@ class TreeStop:
 
     def __init__(self, cost: CostModel, ctx: int, draft_ms: float | None = None):
         self.cap = cost.max_nodes
-        self.cost = _base_ms(cost, ctx, draft_ms) + cost.verify_curve(ctx)  # [cap + 1] round ms per tree size
-        self.cost_list = self.cost.tolist()
-        self.m, self.phi, self.best = 0, 0.0, 1.0 / self.cost_list[0]
+        # [cap + 1] round ms per tree size, as floats: the per-node test reads single entries
+        self.cost = (_base_ms(cost, ctx, draft_ms) + cost.verify_curve(ctx)).tolist()
+        self.m, self.phi, self.best = 0, 0.0, 1.0 / self.cost[0]
         self.n, self.phi_n = 0, 0.0  # the first argmax of θ over the sizes seen so far, and its Φ
 
     def __call__(self, log_weight: float) -> bool:
         self.m += 1
         m, d = self.m, float(np.exp(log_weight))  # np.exp, as choose_tree_size: the same Φ to the last bit
         self.phi += d
-        theta = (1.0 + self.phi) / self.cost_list[m]
+        theta = (1.0 + self.phi) / self.cost[m]
         if theta > self.best:  # strict: ties go to the smaller size, θ_0 included (as in `choose_tree_size`)
             self.best, self.n, self.phi_n = theta, m, self.phi
         if m >= self.cap:
             return True
         # a plain loop, not numpy: the first larger size that may win usually comes within a few steps, and numpy's
         # per-call cost weighs here, cache-cold right after a verify forward
-        a, cost, best = 1.0 + self.phi, self.cost_list, self.best
+        a, cost, best = 1.0 + self.phi, self.cost, self.best
         for n in range(m + 1, self.cap + 1):
             if (a + (n - m) * d) / cost[n] > best:
                 return False
@@ -111,7 +111,7 @@ class TreeStop:
 
     def choice(self) -> BudgetChoice:
         """The tree size to verify among those built (call after `build_tree` has stopped)."""
-        return BudgetChoice(self.n, self.phi_n, float(self.cost[self.n]), float(self.cost[0]))
+        return BudgetChoice(self.n, self.phi_n, self.cost[self.n], self.cost[0])
 
 
 class PhiCalibration:

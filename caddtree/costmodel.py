@@ -69,11 +69,11 @@ class CostModel:
             self.cheap_draft = np.asarray(self.cheap_draft, dtype=np.float64)
         self.row_group = int(self.row_group)
         self.pass_ms = np.zeros(len(self.ctxs)) if self.pass_ms is None else np.asarray(self.pass_ms, np.float64)
-        self.passes = pass_count(self.verify.shape[1] - 1, self.row_group)  # [max_nodes + 1] ⌊n / g⌋ (0 if g = 1)
+        passes = pass_count(self.verify.shape[1] - 1, self.row_group)  # [max_nodes + 1] ⌊n / g⌋ (0 if g = 1)
         # C_v with its pass jumps on the ctx grid, and its slope past the grid: `verify_curve` (every round, twice
         # with a draft gate) blends one table; the ops saved weigh there, run cache-cold right after a verify
-        self._curve = self.verify + self.pass_ms[:, None] * self.passes
-        self._curve_slope = self.verify_slope + self._scalar_slope(self.pass_ms) * self.passes
+        self._curve = self.verify + self.pass_ms[:, None] * passes
+        self._curve_slope = self.verify_slope + self._scalar_slope(self.pass_ms) * passes
 
     @property
     def max_nodes(self) -> int:
