@@ -27,13 +27,17 @@ def test_build_tree_matches_brute_force(L, V, n, seed):
     expect = brute_force_weights(lp, n)
     assert len(tree) == len(expect)
     assert torch.allclose(tree.log_weights, torch.tensor(expect, dtype=torch.float64), atol=1e-9)
-    # each node's weight is its parent's weight plus its own token's log-prob, and parents come first
+    assert_tree_of(tree, lp, atol=1e-9)
+
+
+def assert_tree_of(tree, lp: torch.Tensor, atol: float) -> None:
+    """Each node's weight is its parent's weight plus its own token's log-prob under lp [L, V], parents come first,
+    and no two siblings share a token (every node is a distinct prefix)."""
     for i in range(len(tree)):
         p, d, t = tree.parents[i].item(), tree.depths[i].item(), tree.tokens[i].item()
         parent_w = 0.0 if p < 0 else tree.log_weights[p].item()
         assert p < i and (p < 0 and d == 1 or p >= 0 and tree.depths[p].item() == d - 1)
-        assert math.isclose(tree.log_weights[i].item(), parent_w + lp[d - 1, t].item(), abs_tol=1e-9)
-    # no two siblings share a token: every node is a distinct prefix
+        assert math.isclose(tree.log_weights[i].item(), parent_w + lp[d - 1, t].item(), abs_tol=atol)
     pairs = list(zip(tree.parents.tolist(), tree.tokens.tolist()))
     assert len(set(pairs)) == len(pairs)
 
@@ -119,7 +123,7 @@ def test_build_tree_siblings_stay_distinct_on_tied_rows():
 @given(L=st.integers(1, 5), V=st.integers(2, 40), n=st.integers(1, 40), seed=st.integers(0, 10_000))
 def test_build_tree_on_sparse_marginals_matches_their_dense_form(L, V, n, seed):
     """Listed tokens over a flat rest (prompt lookup's marginals): the tree read from the list has the dense law's
-    best weights, each node's weight its parent's plus its token's dense log-prob, and distinct siblings."""
+    best weights and is a tree of that law (`assert_tree_of`)."""
     g = torch.Generator().manual_seed(seed)
     tokens, log_probs, rest = [], [], []
     for _ in range(L):
@@ -136,12 +140,7 @@ def test_build_tree_on_sparse_marginals_matches_their_dense_form(L, V, n, seed):
     tree, ref = build_tree(sparse, n), build_tree(dense, n)
     assert len(tree) == len(ref)
     assert torch.allclose(tree.log_weights, ref.log_weights, atol=1e-5)
-    for i in range(len(tree)):
-        p, d, t = tree.parents[i].item(), tree.depths[i].item(), tree.tokens[i].item()
-        parent_w = 0.0 if p < 0 else tree.log_weights[p].item()
-        assert math.isclose(tree.log_weights[i].item(), parent_w + dense[d - 1, t].item(), abs_tol=1e-5)
-    pairs = list(zip(tree.parents.tolist(), tree.tokens.tolist()))
-    assert len(set(pairs)) == len(pairs)
+    assert_tree_of(tree, dense, atol=1e-5)
 
 
 def test_sparse_marginals_take_only_a_slice():
