@@ -126,6 +126,81 @@ class CostModel:
         return self.draft_ms(ctx) + self.overhead_ms(ctx) + self.verify_ms(n, ctx)
 
 
+
+class LearnedVerifyCost:
+    """A cost model whose C_v is learned from decoding's own verify times; C_d, the overhead and the rest are those of
+    `prior`, the profiled `CostModel` (its C_v also serves as the learning's prior).
+
+    Why: a profile takes a minute and catches one state of a shared CPU. On the family-26 EPYC, six profiles of one
+    afternoon priced an 8-node verify 2.7-6.7 ms over a 5-node one, while decoding's own verify times, averaged over a
+    run, put it at 4.8-5.8 in three runs (results/zen5-profile-shape/); replayed rounds priced at decoding's costs
+    instead of the profile's cost CaDDTree 3-4% less time per token on two of three profiles (up to 7% on MBPP).
+
+    Model: C_v(n; ℓ) = b0 + b1 [n >= 1] + b2 (n - 1)₊ + b3 ℓ / 1000 (decoding's own costs are close to linear in n;
+    the kernel's pass steps barely show there). Least squares over the rounds observed, each weighing `memory` ** its
+    age (the machine's state drifts), plus a prior centred on the profile's curve projected onto the same basis, worth
+    PRIOR rounds per parameter; the tree offset b1 gets a firm prior, as CaDDTree verifies few plain steps: the plain
+    step's price follows the level its tree rounds measure. Every observation is kept within [0.5, 2] x the current
+    price (one verify stalled by the OS must not swing it) and the per-node slope b2 is used clamped at >= 0.
+    """
+
+    PRIOR = np.array([20.0, 100.0, 20.0, 50.0])  # rounds' worth of prior per parameter: level, tree offset, slope, ℓ
+    SCALE = np.array([1.0, 1.0, 5.0, 0.5])    # a typical size of each basis column (n - 1 ~ 5, ℓ ~ 500 tokens)
+
+    def __init__(self, prior: CostModel, memory: float = 0.998):
+        self.prior, self.memory = prior, memory
+        self.provenance, self.cheap_draft = prior.provenance, prior.cheap_draft
+        grid = np.arange(min(prior.max_nodes, 16) + 1)
+        X = np.concatenate([self._basis(grid, c) for c in prior.ctxs])                  # [ctxs * 17, 4]
+        y = np.concatenate([prior.verify_curve(c)[grid] for c in prior.ctxs])
+        w = np.sqrt(np.where(X[:, 1] == 0, len(grid) - 1.0, 1.0))  # the plain step weighs as much as all trees
+        theta0 = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)[0]
+        self._P = np.diag(self.PRIOR * self.SCALE ** 2)                                  # [4, 4] prior precision
+        self._Pt = self._P @ theta0
+        self._A, self._b = np.zeros((4, 4)), np.zeros(4)                                # forgetting sums Σ x xᵀ, Σ x y
+        self._n_basis = self._basis(np.arange(prior.max_nodes + 1), 0.0)[:, :3]          # [max_nodes + 1, 3]
+        self.rounds = 0
+        self._solve()
+
+    @staticmethod
+    def _basis(n, ctx: float) -> np.ndarray:
+        """[len(n), 4] the model's features of tree sizes n at context ctx."""
+        n = np.asarray(n, dtype=np.float64)
+        return np.stack([np.ones_like(n), (n >= 1) * 1.0, np.maximum(n - 1.0, 0.0), np.full_like(n, ctx / 1000.0)], -1)
+
+    def _solve(self) -> None:
+        theta = np.linalg.solve(self._A + self._P, self._b + self._Pt)
+        self.theta = theta                                                  # [4] b0, b1, b2, b3 (b2 unclamped)
+        self._curve0 = self._n_basis @ np.array([theta[0], theta[1], max(theta[2], 0.0)])
+
+    def observe(self, n: int, ctx: float, verify_ms: float) -> None:
+        """One decoding round's measured verify time of an n-node tree at context ctx."""
+        x = self._basis([n], ctx)[0]
+        price = float(self._curve0[n] + self.theta[3] * ctx / 1000.0)
+        y = min(max(verify_ms, 0.5 * price), 2.0 * price)
+        self._A = self.memory * self._A + np.outer(x, x)
+        self._b = self.memory * self._b + x * y
+        self.rounds += 1
+        self._solve()
+
+    @property
+    def max_nodes(self) -> int:
+        return self.prior.max_nodes
+
+    def verify_curve(self, ctx: float) -> np.ndarray:
+        """[max_nodes + 1] the learned C_v(n; ctx) for n = 0..max_nodes."""
+        return self._curve0 + self.theta[3] * ctx / 1000.0
+
+    def draft_ms(self, ctx: float) -> float:
+        return self.prior.draft_ms(ctx)
+
+    def cheap_draft_ms(self, ctx: float) -> float:
+        return self.prior.cheap_draft_ms(ctx)
+
+    def overhead_ms(self, ctx: float) -> float:
+        return self.prior.overhead_ms(ctx)
+
+
 def pass_count(n_max: int, group: int) -> np.ndarray:
     """[n_max + 1] the passes beyond the first that a verify of n = 0..n_max tree nodes (n + 1 rows) costs with a
     kernel of `group` rows per pass: ⌊n / group⌋; none for the plain step (n = 0, its own measured cost) or group 1."""

@@ -507,3 +507,45 @@ def test_profile_of_an_older_smaller_preset_is_measured_again(tmp_path, monkeypa
     assert m4.provenance["preset"] == "full"  # judged by its own preset, not the coarse one asked for below
     profile.ensure_cost_model(target, drafter, progress=False)
     assert "loaded" in capsys.readouterr().err
+
+
+def _linear_profile(level: float, per_node: float, plain_below: float = 1.0, per_ctx: float = 0.01):
+    """A profile whose C_v(n; ℓ) = level + (per_node n - plain_below for n = 0) + per_ctx ℓ, on 0..32 nodes."""
+    ns = np.arange(33)
+    rows = [level + per_ctx * c + per_node * ns - plain_below * (ns == 0) for c in (128, 1024)]
+    from caddtree.costmodel import CostModel
+    return CostModel([128, 1024], np.array(rows), np.full(33, per_ctx), [5.0, 6.0], [1.0, 1.0])
+
+
+def test_learned_verify_cost_starts_at_the_profile_and_follows_decodings_own_times():
+    """With no rounds seen the learned C_v is the profile's (here linear, so reproduced exactly); rounds timed on
+    another machine state (a 20% higher level, twice the per-node step) move it there, the plain step included
+    though none was observed; C_d and the overhead stay the profile's."""
+    from caddtree.costmodel import LearnedVerifyCost
+    prior = _linear_profile(30.0, 1.0)
+    learned = LearnedVerifyCost(prior)
+    for ctx in (128, 300, 1024):
+        assert np.allclose(learned.verify_curve(ctx)[:17], prior.verify_curve(ctx)[:17], atol=1e-6)
+    truth = _linear_profile(36.0, 2.0)
+    rng = np.random.default_rng(0)
+    for _ in range(600):
+        n, ctx = int(rng.integers(1, 13)), int(rng.integers(100, 800))
+        learned.observe(n, ctx, truth.verify_ms(n, ctx) * rng.uniform(0.95, 1.05))
+    for ctx in (200, 600):
+        assert np.allclose(learned.verify_curve(ctx)[1:13], truth.verify_curve(ctx)[1:13], rtol=0.03)
+        assert abs(learned.verify_curve(ctx)[0] / truth.verify_ms(0, ctx) - 1) < 0.05
+    assert learned.draft_ms(300) == prior.draft_ms(300) and learned.overhead_ms(300) == prior.overhead_ms(300)
+    assert learned.max_nodes == prior.max_nodes and learned.rounds == 600
+
+
+def test_learned_verify_cost_shrugs_off_a_stalled_verify_and_never_prices_a_larger_tree_lower():
+    from caddtree.costmodel import LearnedVerifyCost
+    learned = LearnedVerifyCost(_linear_profile(30.0, 1.0))
+    before = learned.verify_curve(300).copy()
+    learned.observe(4, 300, 5000.0)  # one verify stalled by the OS: counted as 2x its price at most
+    assert learned.verify_curve(300)[4] < 1.1 * before[4]
+    flat = LearnedVerifyCost(_linear_profile(30.0, 1.0))
+    for _ in range(300):  # decoding says larger trees cost less: the per-node step is clamped at 0
+        for n in (2, 10):
+            flat.observe(n, 300, 40.0 - n)
+    assert np.all(np.diff(flat.verify_curve(300)[1:]) >= 0)

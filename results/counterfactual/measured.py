@@ -4,7 +4,7 @@ decoding (bench records with `verify_ms_rounds`), so a profile's shape errors sh
 
 - C_v(n; ℓ) = a_n + s ℓ: per tree size n the mean of its verify times with a slope s in ℓ common to all sizes
   (within-size least squares); sizes with fewer than MIN_ROUNDS rounds are interpolated linearly in n between
-  measured sizes (extrapolated with the last two measured sizes' per-node step).
+  measured sizes (extrapolated with the measured tree sizes' least-squares per-node step).
 - C_d: the median per-round draft time of the fixed-budget records (both stages every round); the first stage alone
   and the second's extra cost from CaDDTree's records (least squares over records of draft_ms = R c1 + S c2, R rounds,
   S of them with the second stage).
@@ -32,7 +32,10 @@ class MeasuredCosts:
         self.slope = float(xs @ ys / (xs @ xs))
         a = {n: float(np.mean(np.array(by_n[n])[:, 1] - self.slope * np.array(by_n[n])[:, 0])) for n in sizes}
         ns = np.array(sizes, dtype=float)
-        step = (a[sizes[-1]] - a[sizes[-2]]) / (sizes[-1] - sizes[-2])
+        # beyond the largest measured size: the least-squares per-node step over the tree sizes (n >= 1), never
+        # negative (the last two sizes' step alone was -2 ms in results/zen5-lean: 9 nodes measured over 10)
+        trees = [n for n in sizes if n >= 1]
+        step = max(0.0, float(np.polyfit(trees, [a[n] for n in trees], 1)[0])) if len(trees) >= 2 else 0.0
         self.a = np.array([np.interp(n, ns, [a[k] for k in sizes]) if n <= sizes[-1]
                            else a[sizes[-1]] + step * (n - sizes[-1]) for n in range(nmax + 1)])
         self.sizes, self.counts = sizes, {n: len(by_n[n]) for n in sizes}
