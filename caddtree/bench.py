@@ -13,7 +13,6 @@ shipped DFlash drafter), `mix-` (DFlash + prompt lookup, `--drafter dflash+looku
 `caddtree@nogate` (a two-stage drafter such as `mix` runs both stages every round: no `budget.DraftGate`),
 `caddtree@predgate` (the gate learns from the policy's predicted gains instead of the realised ones),
 `caddtree@cal` (Φ priced by the acceptance rates observed per predicted δ: `budget.PhiCalibration`),
-`caddtree@learn` (C_v learned from the decoder's own verify times, the profile as its prior: `costmodel.LearnedVerifyCost`),
 `caddtree@convex` / `@passes` / `@mono` (C_v refitted from the same measurements: convex (the paper's fit), convex
 plus a jump per kernel pass (the default before results/bench-intel-monofit), monotone (the default)),
 peers `hf` / `hf-lookup` (Hugging Face `generate`, plain / prompt_lookup_num_tokens=10) and `llamacpp`
@@ -47,7 +46,7 @@ DEFAULT_METHODS = "ar,ddtree:8,16,32,64,caddtree"
 QUICK = dict(num_prompts=1, max_new_tokens=16, methods="ar,ddtree:4,caddtree")
 PERTURB = {"cd0.5": (0.5, 1.0), "cd2": (2.0, 1.0), "cv0.5": (1.0, 0.5), "cv2": (1.0, 2.0)}  # (C_d, C_v slope) scale
 VARIANTS = {"nogate": {"gate": False}, "predgate": {"gate": "predicted"},  # method suffix -> Decoder(**kw)
-            "cal": {"calibrate_phi": True}, "learn": {"learn_cost": True}}
+            "cal": {"calibrate_phi": True}}
 REFITS = {"convex": {"row_group": 1, "verify_fit": "convex"}, "passes": {"verify_fit": "convex"},  # method suffix ->
           "mono": {"verify_fit": "monotone"}}  # the cost model refitted from its measurements with these
 PEERS = ("hf", "hf-lookup", "llamacpp")
@@ -470,8 +469,6 @@ def _run_one(m, target, ids, max_new_tokens, sampling, seed, decoder) -> dict:
                second_stage_rounds=None if dec.gate is None else sum(bool(r.second_stage) for r in res.rounds))
     if dec.gate is not None:  # per round, so the cost model can price each round's draft (`priced_ms_per_token`)
         rec["second_stage"] = [int(bool(r.second_stage)) for r in res.rounds]
-    if hasattr(dec.cost_model, "theta"):  # caddtree@learn: its C_v after this generation (b0, b1, b2, b3)
-        rec["learned_verify"] = [round(float(x), 3) for x in dec.cost_model.theta]
     return rec
 
 

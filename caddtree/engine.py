@@ -19,7 +19,6 @@ import torch
 
 from caddtree.accept import SamplingParams, accept_walk, accepted_along, target_choices
 from caddtree.budget import DraftGate, PhiCalibration, TreeStop, choose_tree_size
-from caddtree.costmodel import LearnedVerifyCost
 from caddtree.drafter import Drafter
 from caddtree.errors import CaddtreeError
 from caddtree.target import Target, compact_cache
@@ -131,7 +130,7 @@ class Decoder:
     """
 
     def __init__(self, target: Target, drafter: Drafter | None = None, method: str = "ar", budget: int = 32,
-                 cost_model=None, gate: bool | str = True, calibrate_phi: bool = False, learn_cost: bool = False):
+                 cost_model=None, gate: bool | str = True, calibrate_phi: bool = False):
         if method not in METHODS:
             raise CaddtreeError(f"unknown method '{method}': choose one of {', '.join(METHODS)}")
         if method != "ar" and drafter is None:
@@ -149,8 +148,7 @@ class Decoder:
                                 f"profile this target (`caddtree profile`)")
         self.target, self.drafter, self.method = target, drafter, method
         self.budget = cost_model.max_nodes if method == "caddtree" else budget
-        # learn_cost: CaDDTree's C_v re-estimated from its own verify times, the profile as prior (off by default)
-        self.cost_model = LearnedVerifyCost(cost_model) if learn_cost and method == "caddtree" else cost_model
+        self.cost_model = cost_model
         # CaDDTree with a two-stage drafter also decides, per round, whether its costly stage is worth drafting
         two_stage = hasattr(drafter, "propose_cheap") and getattr(cost_model, "cheap_draft", None) is not None
         if gate is True:
@@ -320,8 +318,6 @@ class Decoder:
             new = tree.tokens[path].tolist() + [bonus]
             stats.verify_ms = 1000 * (t2 - t1)
             stats.tree_size, stats.accepted = len(tree), len(path)
-            if isinstance(self.cost_model, LearnedVerifyCost):
-                self.cost_model.observe(len(tree), ctx, stats.verify_ms)
 
             room = max_new_tokens - len(result.tokens)
             new = new[:room]

@@ -456,21 +456,3 @@ def test_phi_calibration_brings_predicted_phi_to_the_realised_acceptance(seed):
         size[cal] = np.mean([r.tree_size for r in late])
     assert gap[False] > 1.0 and abs(gap[True]) < 0.5 * gap[False], gap
     assert size[True] < size[False], size
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_caddtree_learning_its_verify_cost_is_exact_and_learns_from_every_round(seed):
-    """`learn_cost`: the cost model re-estimates C_v from each round's verify time; the output stays plain greedy's."""
-    import numpy as np
-
-    from caddtree.costmodel import CostModel, LearnedVerifyCost
-    target = make_tiny_target(seed)
-    p = prompt(seed, 16)
-    cost = CostModel([1], np.r_[10.0, 10.0 + 0.5 * np.arange(1, 17)][None], np.zeros(17), [2.0], [0.0])
-    for drafter in drafters(target, seed).values():
-        dec = Decoder(target, drafter, method="caddtree", cost_model=cost, learn_cost=True)
-        assert isinstance(dec.cost_model, LearnedVerifyCost)
-        out = dec.generate(p, 40)
-        assert out.tokens == reference_greedy(target, p, 40)
-        assert dec.cost_model.rounds == len(out.rounds)
-    assert not isinstance(Decoder(target, drafter, "ddtree", budget=4, learn_cost=True).cost_model, LearnedVerifyCost)
