@@ -1,7 +1,7 @@
 """Verify time per tree size at one ℓ (SmolLM2, random 300-token cache, random best-first trees), median of 38 sweeps
 after 2 warm-up ones; seed 0: the sizes in ascending order every sweep, another seed: in a random order per sweep.
 Usage: python results/zen5-profile-shape/sizes.py CTX SWEEPS SEED"""
-import sys, time, numpy as np, torch
+import sys, numpy as np, torch
 from caddtree.target import load_target
 from caddtree.engine import verify_tree, _now
 from caddtree.tree import build_tree
