@@ -23,7 +23,7 @@ cat $T/[abcd].txt | grep -v Loading > $D/sizes.txt
 # the replays (no clock): CaDDTree choosing on each run's profile, on it refitted smooth, or on decoding's own costs
 # (the "caddtree gate" / "caddtree gate, charged costs" rows), every round charged decoding's own costs of that run
 for R in zen5-lean zen5-lean2; do
-  python $D/refit.py results/$R/cost_model.json $T/$R-smooth.json
+  python results/counterfactual/refit_smooth.py results/$R/cost_model.json $T/$R-smooth.json
   for P in results/$R/cost_model.json $T/$R-smooth.json; do
     MEASURED=results/$R python results/counterfactual/analyse.py $P results/counterfactual/zen5/rounds.jsonl.gz \
       > $D/replay-$R-$(basename $P .json).txt

@@ -17,9 +17,6 @@ MEASURED=results/zen5-current python results/counterfactual/analyse.py $P $D/rou
 MEASURED=results/zen5-current python results/counterfactual/analyse.py results/zen5-current/cost_model.json \
   $D/rounds.jsonl.gz > $D/analysis-disturbed-profile.txt
 # the 06:15 profile refitted convex without the kernel's pass steps (row_group 1): a smooth C_v, as decoding's
-python -c "
-import json; from caddtree.costmodel import fit_cost_model, save_cost_model
-d = json.load(open('$P')); m = {**d['measurements'], 'verify_fit': 'convex', 'row_group': 1}
-save_cost_model(fit_cost_model(m, d['provenance']), '$D/profile_smooth.json')"
+python results/counterfactual/refit_smooth.py $P $D/profile_smooth.json
 MEASURED=results/zen5-current python results/counterfactual/analyse.py $D/profile_smooth.json $D/rounds.jsonl.gz \
   > $D/analysis-smooth-profile.txt

@@ -1,5 +1,5 @@
 """A cost profile's measurements refitted smooth: convex in n without the kernel's pass steps (row_group 1).
-Usage: python results/zen5-profile-shape/refit.py PROFILE.json OUT.json"""
+Usage: python results/counterfactual/refit_smooth.py PROFILE.json OUT.json"""
 import json
 import sys
 
