@@ -125,7 +125,7 @@ class PhiCalibration:
     δ -> min(1, ratio · δ) is made non-increasing along the best-first order (running minimum), so the calibrated
     weights keep every property the stopping rule needs: a prefix is still a tree, and the first failure is still
     the optimum. Only the tree's size depends on it. Off by default (`Decoder(calibrate_phi=True)`): it brought Φ
-    within 4-6% of the accepted tokens but did not change the speed measurably (`results/phi-calibration/`).
+    within 4-6% of the accepted tokens but did not change the speed measurably (docs/design.md).
     """
 
     EDGES = np.array([0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])
@@ -173,7 +173,7 @@ class DraftGate:
     long confident match it adds little. A band that skips keeps being re-checked every `explore_every` rounds, and
     each band runs stage 2 for its first `warmup` rounds, so the gate follows a change of text. The engine resets it
     at the start of each generation: what stage 2 gains depends on the text (on MBPP its mean gain per band was
-    positive, on LiveCodeBench negative in every band, results/gate-reset/), and gains carried over from another
+    positive, on LiveCodeBench negative in every band, docs/design.md), and gains carried over from another
     prompt made a run's speed depend on the prompts decoded before it. Only the draft changes, never the output.
     """
 

@@ -1,4 +1,4 @@
-"""The `caddtree` command line: generate, profile, train-drafter, eval-drafter, bench.
+"""The `caddtree` command line: generate, profile, bench, train-drafter, eval-drafter.
 
 Every user mistake surfaces as one line `caddtree: error: ...` (CaddtreeError), never a deep traceback.
 """
@@ -9,167 +9,86 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
+from caddtree.accept import SamplingParams
+from caddtree.bench.command import add_bench_parser
+from caddtree.engine import Decoder, GenerationResult
 from caddtree.errors import CaddtreeError
-from caddtree.target import DEFAULT_TARGET
+from caddtree.options import (add_method_args, add_model_args, check_cost_model_arg, check_out_path,
+                              describe_drafter, load_drafter_spec, setup_torch)
+from caddtree.profile import ensure_cost_model
+from caddtree.target import load_target
+from caddtree.train.command import add_eval_parser, add_train_parser
 
 EXAMPLE_PROMPT = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
                   "How many clips did Natalia sell altogether in April and May? Think step by step.")
-SHIPPED_DRAFTERS = Path(__file__).resolve().parent.parent / "drafters"
-SHIPPED_DRAFTER = {DEFAULT_TARGET: SHIPPED_DRAFTERS / "smollm2-135m-instruct-dflash"}
 
 
-def shipped_drafter(target) -> Path | None:
-    """The DFlash drafter directory shipped for this target, if this checkout has one."""
-    path = SHIPPED_DRAFTER.get(target.name)
-    return path if path is not None and (path / "config.json").is_file() else None
-
-
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", default=DEFAULT_TARGET,
-                   help=f"built-in name ({DEFAULT_TARGET}), local HF model dir, .gguf file, or hub id")
-    p.add_argument("--drafter", default="auto",
-                   help="'auto' (= 'dflash+lookup' where a DFlash drafter ships for the target, else 'lookup'; "
-                        "see results/), 'lookup' (prompt lookup), "
-                        "'dflash' (the shipped DFlash drafter for the target), a DFlash drafter directory, "
-                        "or either + '+lookup' (prompt lookup mixed into its marginals, e.g. dflash+lookup)")
-    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-
-
-def add_method_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--method", default="caddtree", choices=["caddtree", "ddtree", "ar"],
-                   help="caddtree: cost-aware budget per round (default); ddtree: fixed budget; ar: plain decoding")
-    p.add_argument("--budget", type=int, default=32, help="tree nodes per round for --method ddtree")
-    p.add_argument("--cost-model", default=None, help="an existing cost profile JSON, e.g. from `caddtree profile "
-                                                      "--out` (default: the per-user cache, profiled on first use)")
-
-
-def load_drafter_spec(spec: str, target):
-    """'auto' | 'lookup' | 'dflash' | drafter dir, optionally '+lookup' ('dflash+lookup') -> Drafter.
-
-    'auto' is 'dflash+lookup' (drafter.LookupMixtureDrafter: prompt lookup mixed into the shipped DFlash drafter's
-    marginals) for a target with a shipped drafter, else 'lookup'. With the phase-4 DFlash drafter the mix ran
-    CaDDTree faster than prompt lookup alone on 6 of 8 datasets of the CPU benchmark (results/bench-t0-256-phase4:
-    less time per token on AIME25, GSM8K, HumanEval, MBPP, MT-Bench (5-29%) and AlpacaEval (1%), more on MATH-500
-    (1.5%) and LiveCodeBench (6%)).
-    """
-    from caddtree.drafter import LookupMixtureDrafter, PromptLookupDrafter
-    if spec == "auto":
-        spec = "dflash+lookup" if shipped_drafter(target) is not None else "lookup"
-    if spec == "lookup":
-        return PromptLookupDrafter(target.vocab_size)
-    if spec.endswith("+lookup"):
-        base = load_drafter_spec(spec[:-len("+lookup")], target)
-        if isinstance(base, PromptLookupDrafter):
-            raise CaddtreeError(f"--drafter {spec}: mix prompt lookup into a trained drafter, e.g. dflash+lookup")
-        return LookupMixtureDrafter(base, PromptLookupDrafter(target.vocab_size, num_positions=base.num_positions))
-    if spec == "dflash":
-        path = shipped_drafter(target)
-        if path is None:
-            raise CaddtreeError(f"no shipped DFlash drafter for target '{target.name}': train one with "
-                                f"`caddtree train-drafter --target {target.name}` and pass its directory")
-        spec = str(path)
-    from caddtree.dflash import load_drafter
-    if not Path(spec).exists():
-        raise CaddtreeError(f"drafter not found: {spec} (give a DFlash drafter directory, 'dflash', 'lookup', "
-                            f"'auto', or one of those + '+lookup')")
-    return load_drafter(spec, target)
-
-
-def make_decoder(args, target, drafter):
-    from caddtree.engine import Decoder
-    cost = None
-    if args.method == "caddtree":
-        from caddtree.profile import ensure_cost_model
-        cost = ensure_cost_model(target, drafter, path=args.cost_model)
+def make_decoder(args, target, drafter) -> Decoder:
+    cost = ensure_cost_model(target, drafter, path=args.cost_model) if args.method == "caddtree" else None
     return Decoder(target, drafter, method=args.method, budget=args.budget, cost_model=cost)
 
 
-def check_cost_model_arg(path) -> None:
-    """--cost-model names a profile to use: a missing file is a wrong path, not a request to profile into it (that is
-    `caddtree profile --out`), so it fails before the slow loads instead of silently profiling for a minute."""
-    if path is not None and not Path(path).is_file():
-        raise CaddtreeError(f"--cost-model {path}: no such file: create it with `caddtree profile --out {path}` "
-                            f"(same --target and --drafter), or leave --cost-model out to use the per-user cache")
-
-
-def check_out_path(path, flag: str, directory: bool) -> None:
-    """An output path of the wrong kind fails now, not after minutes of work: a file where a directory is wanted, or
-    a directory where a file is."""
-    if path is None:
-        return
-    path = Path(path)
-    if directory and path.exists() and not path.is_dir():
-        raise CaddtreeError(f"{flag} {path} is a file: give a directory (it is created if missing)")
-    if not directory and path.is_dir():
-        raise CaddtreeError(f"{flag} {path} is a directory: give a file path")
-
-
-def setup_torch(args) -> None:
-    if args.threads is not None and args.threads < 1:
-        raise CaddtreeError(f"--threads must be >= 1, got {args.threads}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-
-def describe_drafter(drafter) -> str:
-    return getattr(drafter, "name", type(drafter).__name__)
-
-
-def cmd_generate(args) -> None:
-    from caddtree.accept import SamplingParams
-    from caddtree.engine import Decoder
-    from caddtree.target import load_target
+def check_generate_args(args) -> SamplingParams:
+    """Every option of `generate` checked before the slow loads; returns the sampling parameters."""
     setup_torch(args)
-    sampling = SamplingParams(args.temperature, args.top_k, args.top_p)  # validate before the slow load
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
     if args.budget < 1:
         raise CaddtreeError(f"--budget must be >= 1, got {args.budget}")
     if args.max_new_tokens <= 0:
         raise CaddtreeError(f"--max-new-tokens must be > 0, got {args.max_new_tokens}")
     check_cost_model_arg(args.cost_model)
     check_out_path(args.json, "--json", directory=False)
-    target = load_target(args.target, device=args.device)
-    drafter = load_drafter_spec(args.drafter, target) if args.method != "ar" else None
-    decoder = make_decoder(args, target, drafter)
-    prompt = args.prompt if args.prompt is not None else EXAMPLE_PROMPT
-    ids = target.chat_ids(prompt, template=not args.raw)
-    print(f"target {target.name} | method {args.method}"
-          + (f" | drafter {describe_drafter(drafter)}" if drafter else "") + f" | prompt {len(ids)} tokens",
-          file=sys.stderr)
+    return sampling
+
+
+def stream_printer(tokenizer):
+    """on_tokens callback: prints each round's new text (decoded with its left context, so merges come out right)."""
     streamed = []
 
     def stream(new):
-        before = target.tokenizer.decode(streamed, skip_special_tokens=True)
+        before = tokenizer.decode(streamed, skip_special_tokens=True)
         streamed.extend(new)
-        sys.stdout.write(target.tokenizer.decode(streamed, skip_special_tokens=True)[len(before):])
+        sys.stdout.write(tokenizer.decode(streamed, skip_special_tokens=True)[len(before):])
         sys.stdout.flush()
+    return stream
 
-    res = decoder.generate(ids, args.max_new_tokens, sampling, seed=args.seed, on_tokens=stream)
+
+def summary_line(method: str, s: dict) -> str:
+    return (f"[{method}] {s['new_tokens']} tokens, {s['tokens_per_s']:.1f} tok/s, {s['ms_per_token']:.1f} ms/token, "
+            f"mean accepted length {s['tau']:.2f}, tree size {s['tree_size_mean']:.1f} ± {s['tree_size_std']:.1f}")
+
+
+def compare_with_plain(target, ids, args, sampling, res: GenerationResult, report: dict) -> None:
+    """Decode the same prompt plainly; print the speed-up and whether the outputs are identical."""
+    base = Decoder(target).generate(ids, args.max_new_tokens, sampling, seed=args.seed)
+    b, same = base.summary(), base.tokens == res.tokens
+    print(f"[ar] {b['new_tokens']} tokens, {b['tokens_per_s']:.1f} tok/s, {b['ms_per_token']:.1f} ms/token | "
+          f"speed-up {b['ms_per_token'] / res.ms_per_token:.2f}x | output identical to plain decoding: "
+          f"{'yes' if same else 'NO' if sampling.greedy else 'n/a (sampling)'}", file=sys.stderr)
+    report["ar"], report["identical_to_ar"] = b, same
+
+
+def cmd_generate(args) -> None:
+    sampling = check_generate_args(args)
+    target = load_target(args.target, device=args.device)
+    drafter = load_drafter_spec(args.drafter, target) if args.method != "ar" else None
+    decoder = make_decoder(args, target, drafter)
+    ids = target.chat_ids(args.prompt if args.prompt is not None else EXAMPLE_PROMPT, template=not args.raw)
+    print(f"target {target.name} | method {args.method}"
+          + (f" | drafter {describe_drafter(args.drafter, target)}" if drafter else "")
+          + f" | prompt {len(ids)} tokens", file=sys.stderr)
+    res = decoder.generate(ids, args.max_new_tokens, sampling, seed=args.seed,
+                           on_tokens=stream_printer(target.tokenizer))
     print()
-    s = res.summary()
-    report = {"method": args.method, **s}
-    line = (f"[{args.method}] {s['new_tokens']} tokens, {s['tokens_per_s']:.1f} tok/s, "
-            f"{s['ms_per_token']:.1f} ms/token, mean accepted length {s['tau']:.2f}, "
-            f"tree size {s['tree_size_mean']:.1f} ± {s['tree_size_std']:.1f}")
-    print(line, file=sys.stderr)
+    report = {"method": args.method, **res.summary()}
+    print(summary_line(args.method, report), file=sys.stderr)
     if args.compare and args.method != "ar":
-        base = Decoder(target).generate(ids, args.max_new_tokens, sampling, seed=args.seed)
-        b = base.summary()
-        same = base.tokens == res.tokens
-        print(f"[ar] {b['new_tokens']} tokens, {b['tokens_per_s']:.1f} tok/s, {b['ms_per_token']:.1f} ms/token | "
-              f"speed-up {b['ms_per_token'] / s['ms_per_token']:.2f}x | output identical to plain decoding: "
-              f"{'yes' if same else 'NO' if sampling.greedy else 'n/a (sampling)'}", file=sys.stderr)
-        report["ar"] = b
-        report["identical_to_ar"] = same
+        compare_with_plain(target, ids, args, sampling, res, report)
     if args.json:
         Path(args.json).write_text(json.dumps({**report, "rounds": res.round_records()}, indent=1))
 
 
 def cmd_profile(args) -> None:
-    from caddtree.profile import ensure_cost_model
-    from caddtree.target import load_target
     check_out_path(args.out, "--out", directory=False)
     setup_torch(args)
     target = load_target(args.target, device=args.device)
@@ -209,14 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="cost profile JSON (default: the per-user cache entry)")
     p.set_defaults(func=cmd_profile)
 
-    from caddtree.train import add_eval_parser, add_train_parser
     add_train_parser(sub)
     add_eval_parser(sub)
-    try:
-        from caddtree.bench import add_bench_parser
-        add_bench_parser(sub)
-    except ImportError:
-        pass
+    add_bench_parser(sub)
     return ap
 
 

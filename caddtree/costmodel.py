@@ -1,46 +1,43 @@
-"""Cost model of this machine: C_v(n; ℓ) (verify n tree nodes + root on a KV cache of ℓ), C_d(ℓ) (one drafting
-round) and the per-round overhead (tree build, stop rule, cache compaction), all in milliseconds. Pure logic + JSON.
+"""Cost model of a machine: C_v(n; ℓ) (verify n tree nodes + root on a KV cache of ℓ), C_d(ℓ) (one drafting round)
+and the per-round overhead (tree build, stop rule, cache compaction), all in milliseconds. Pure logic: fitting and
+evaluation only (the file format is `costfile`, the measurement `profile`).
 
-The fit turns noisy medians into a curve CaDDTree can trust: per context length, C_v is fitted non-decreasing in n
-(a larger tree never costs less), and, where asked (`verify_fit="convex"`, the paper's fit), convex. The default is
-the monotone fit ("monotone"): measured CPU curves are far from convex over the sizes a profile covers (steep within
-the kernel's first pass, ~4 ms per row on an Intel Xeon, ~2 ms per node from 24 nodes on), and one convex curve
-through 1..64 nodes takes the large-tree slope from n = 1 on: it priced 4 -> 8 nodes at half the measured step there,
-and CaDDTree built trees that lost to a fixed budget of 4 (results/bench-intel-monofit). `budget.choose_tree_size`
-takes the argmax of θ over all sizes, so it needs no convexity; under a convex fit that argmax is the paper's
-first-failure stop.
+The fit turns noisy medians into a curve CaDDTree can trust. Per context length, C_v is fitted non-decreasing in n
+(a larger tree never costs less); the default shape is monotone ("monotone", isotonic least squares in relative
+error), the paper's is convex ("convex"). `budget.choose_tree_size` takes the argmax of θ over all sizes, so it needs
+no convexity; under a convex fit that argmax is the paper's first-failure stop. Why monotone: docs/design.md.
 
 Rules (applied in `fit_cost_model` and `CostModel`):
 - n: the grid (possibly non-uniform) must start 0, 1. C_v(0) is the root-only forward, i.e. a plain decoding step: no
   tree mask, a different kernel path, often well below the masked n = 1 forward; smearing that jump into the fit
   would misprice exactly the speculate-or-not decision, so C_v(0) is kept as measured (capped at C_v(1)) and only
-  n >= 1 is fitted (isotonic least squares in relative error; or convex and non-decreasing), then evaluated at every
-  integer 1..n_max by linear interpolation (keeps either shape). `choose_tree_size` compares n = 0 explicitly.
-  n > n_max is refused (`CaddtreeError`): the policy must never rely on an extrapolated cost.
+  n >= 1 is fitted, then evaluated at every integer 1..n_max by linear interpolation (keeps either shape).
+  `choose_tree_size` compares n = 0 explicitly. n > n_max is refused (`CaddtreeError`): the policy must never rely
+  on an extrapolated cost.
 - ℓ: every cost is made non-decreasing in ℓ (cumulative max over the ctx grid), linearly interpolated between grid
   ctxs; below the grid the first ctx's values are used; above it, linear extrapolation with the slope between the last
-  two grid ctxs, clamped at ≥ 0 (for C_v that per-n slope is itself projected onto curves of the fit's shape, so
+  two grid ctxs, clamped at >= 0 (for C_v that per-n slope is itself projected onto curves of the fit's shape, so
   extrapolated curves keep it).
-- passes: a linear kernel that multiplies rows in passes of g (`row_group`; the CPU panel kernel: 6 rows) pays a step
-  each time a tree starts a new pass (results/verify-staircase: 0-5 nodes 32-40 ms, 6 nodes 44-46 ms); the profile
-  measures both sides of the first pass boundaries (`profile.size_grid`). The monotone fit follows those steps as
-  measured. The convex fit prices them as C_v(n) = f(n) + J · ⌊n / g⌋ for n >= 1 (n + 1 rows with the root), f convex
-  non-decreasing, J >= 0 per ctx (`pass_ms`, the same ℓ rules as C_d; `verify_fit="convex"` with g = 1: no J).
+- passes: a linear kernel that multiplies rows in passes of g (`row_group`) pays a step each time a tree starts a new
+  pass; the profile measures both sides of the first pass boundaries (`profile.size_grid`). The monotone fit follows
+  those steps as measured. The convex fit prices them as C_v(n) = f(n) + J · ⌊n / g⌋ for n >= 1 (n + 1 rows with the
+  root), f convex non-decreasing, J >= 0 per ctx (`pass_ms`, the same ℓ rules as C_d; g = 1: no J).
 """
 from __future__ import annotations
 
 import bisect
-import json
-import os
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
+from scipy.optimize import lsq_linear
+
+try:  # the paper's solver; scipy's bounded least squares solves the same problem where cvxpy is missing
+    import cvxpy as cp
+except ImportError:
+    cp = None
 
 from caddtree.errors import CaddtreeError
 
-FORMAT = "caddtree-cost/1"
 VERIFY_FITS = ("monotone", "convex")  # shapes of the C_v fit for n >= 1 (measurements' "verify_fit"); first: default
 _TOL = 1e-6  # relative tolerance on the shape checks of a saved fit (solver round-off)
 
@@ -160,7 +157,8 @@ def _solve_shape(x, y, w, convex: bool, k) -> tuple[np.ndarray, float]:
     """min Σ (w (z + J k - y))² over z of the shape, J >= 0 (J stays 0 where k is all 0) -> (z, J)."""
     with_jump = bool(np.any(k))
     try:
-        import cvxpy as cp
+        if cp is None:
+            raise ImportError("cvxpy is not installed")
         z, J = cp.Variable(len(x)), cp.Variable(nonneg=True)
         slopes = cp.multiply(cp.diff(z), 1.0 / np.diff(x))
         cons = [cp.diff(z) >= 0] + ([cp.diff(slopes) >= 0] if convex and len(x) > 2 else [])
@@ -170,7 +168,6 @@ def _solve_shape(x, y, w, convex: bool, k) -> tuple[np.ndarray, float]:
             raise ValueError("solver returned no solution")
         return np.asarray(z.value, dtype=np.float64), float(J.value) if with_jump else 0.0
     except Exception:  # cvxpy absent or solver failure: same problem, bounded-variable form
-        from scipy.optimize import lsq_linear
         # y_j = c + Σ_m e_m φ_m(x_j) (+ J k_j), e_m, J >= 0; φ = steps (monotone) or hinges max(0, x - x_m) (convex)
         xm = x[:-1] if convex else x[1:]
         basis = np.maximum(0.0, x[:, None] - xm[None]) if convex else (x[:, None] >= xm[None]).astype(np.float64)
@@ -271,106 +268,3 @@ def check_cost_model(model: CostModel) -> str | None:
             or np.any(model.pass_ms < -scale):
         return "draft/overhead/pass cost is not non-decreasing in context length (or a pass cost is negative)"
     return None
-
-
-# ------------------------------------------------------------------------------------------------------------- JSON
-
-def save_cost_model(model: CostModel, path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"format": FORMAT, "provenance": model.provenance, "measurements": model.measurements,
-           "fit": {"ctxs": model.ctxs, "verify_ms": model.verify.tolist(), "verify_slope_ms_per_token":
-                   model.verify_slope.tolist(), "draft_ms": model.draft.tolist(),
-                   "overhead_ms": model.overhead.tolist(), "row_group": model.row_group,
-                   "pass_ms": model.pass_ms.tolist(), "verify_fit": model.verify_fit,
-                   **({} if model.cheap_draft is None else {"cheap_draft_ms": model.cheap_draft.tolist()})}}
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # per process: two may save the same profile at once
-    tmp.write_text(json.dumps(doc, indent=1, default=_jsonable))
-    tmp.replace(path)  # atomic: an interrupted save never leaves a corrupt profile behind
-    return path
-
-
-def _jsonable(o):
-    if isinstance(o, np.ndarray) or hasattr(o, "tolist"):
-        return o.tolist()
-    return str(o)
-
-
-def load_cost_model(path, target_fingerprint: str | None = None, drafter_id: str | None = None) -> CostModel:
-    """Load a saved profile; CaddtreeError (one line: problem + fix) if it is missing, corrupt, of another format
-    version, made for another target/drafter, or its fit is not convex/monotone."""
-    path = Path(path)
-    redo = f"delete {path} and re-run `caddtree profile`"
-    if not path.is_file():
-        raise CaddtreeError(f"no cost profile at {path}: run `caddtree profile` (or let the first run profile)")
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CaddtreeError(f"cost profile {path} is corrupt ({type(e).__name__}): {redo}") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise CaddtreeError(f"cost profile {path} has format {got!r}, expected {FORMAT!r}: {redo}")
-    prov = doc.get("provenance") or {}
-    for key, want in (("target_fingerprint", target_fingerprint), ("drafter_id", drafter_id)):
-        if want is not None and prov.get(key) != want:
-            raise CaddtreeError(f"cost profile {path} was made for {key.split('_')[0]} {prov.get(key)!r}, not "
-                                f"{want!r}: profile this target/drafter (`caddtree profile`) or pass its own profile")
-    try:
-        fit = doc["fit"]
-        model = CostModel(fit["ctxs"], fit["verify_ms"], fit["verify_slope_ms_per_token"], fit["draft_ms"],
-                          fit["overhead_ms"], fit.get("cheap_draft_ms"), fit.get("row_group", 1),
-                          fit.get("pass_ms"), fit.get("verify_fit", "convex"),
-                          measurements=doc.get("measurements") or {},
-                          provenance=prov)
-    except (KeyError, TypeError, ValueError) as e:
-        raise CaddtreeError(f"cost profile {path} is corrupt (bad fit: {type(e).__name__} {e}): {redo}") from None
-    problem = check_cost_model(model)
-    if problem:
-        raise CaddtreeError(f"cost profile {path} is invalid ({problem}): {redo}")
-    return model
-
-
-def default_cost_path(target_fingerprint: str, drafter_id: str, device: str) -> Path:
-    """Per-user cache path of the profile of (target, drafter, device); names are sanitised for the filesystem."""
-    from caddtree.target import cache_dir
-    safe = lambda s: re.sub(r"[^A-Za-z0-9._-]+", "_", str(s))[:80]  # noqa: E731
-    return cache_dir() / "profiles" / f"{safe(target_fingerprint)}__{safe(drafter_id)}__{safe(device)}.json"
-
-
-# ------------------------------------------------------------------------------------------------------------- plot
-
-def plot_cost_model(model: CostModel, path, max_curves: int = 6) -> Path:
-    """PNG: measured C_v points and the fitted curve vs n for several ctx (left), C_d and overhead vs ctx (right)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    m = model.measurements
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    picks = sorted(set(np.linspace(0, len(model.ctxs) - 1, min(max_curves, len(model.ctxs))).round().astype(int)))
-    grid = np.arange(model.max_nodes + 1)
-    for k, i in enumerate(picks):
-        color = f"C{k}"
-        ax.plot(grid, model.verify_curve(model.ctxs[i]), "-", color=color, label=f"fit ℓ={model.ctxs[i]}")
-        if "verify_ms" in m and i < len(m["verify_ms"]):
-            ax.plot(m["ns"], m["verify_ms"][i], "o", color=color, ms=4)
-    ax.set(xlabel="tree nodes n (forward runs n+1 tokens)", ylabel="C_v(n; ℓ) ms", title="verify cost: points=measured")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    ax2.plot(model.ctxs, model.draft, "-", color="C0", label="C_d fit")
-    ax2.plot(model.ctxs, model.overhead, "-", color="C1", label="overhead fit")
-    if "draft_ms" in m:
-        ax2.plot(m["ctxs"], np.broadcast_to(m["draft_ms"], (len(m["ctxs"]),)), "o", color="C0", ms=4)
-    if "overhead_ms" in m:
-        ax2.plot(m["ctxs"], np.broadcast_to(m["overhead_ms"], (len(m["ctxs"]),)), "o", color="C1", ms=4)
-    ax2.set(xlabel="context length ℓ", ylabel="ms", title="per-round draft cost and overhead")
-    ax2.legend(fontsize=8)
-    ax2.grid(alpha=0.3)
-    prov = model.provenance
-    fig.suptitle(f"{prov.get('target_fingerprint', '?')} / {prov.get('drafter_id', '?')} on "
-                 f"{prov.get('cpu', prov.get('device', '?'))}, {prov.get('torch_threads', '?')} threads", fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
 
 from caddtree.errors import CaddtreeError
+from caddtree.files import DATA_ENV as ENV, find_data_dir
 
-ENV = "CADDTREE_DATA"
 MATH_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 DATASETS = ("math500", "gsm8k", "aime25", "humaneval", "mbpp", "livecodebench", "mt_bench", "alpaca")
 KIND = {"math500": "math", "gsm8k": "math", "aime25": "math", "humaneval": "code", "mbpp": "code",
@@ -37,21 +36,6 @@ HF_IDS = {  # fallback only: (dataset id, config, split)
     "livecodebench": ("livecodebench/code_generation_lite", None, "test"),
     "mt_bench": ("HuggingFaceH4/mt_bench_prompts", None, "train"), "alpaca": ("tatsu-lab/alpaca_eval", None, "eval"),
 }
-
-
-def find_data_dir(path=None) -> Path:
-    """The data dir: argument, else $CADDTREE_DATA, else <repo>/../shared/data, else ./../shared/data."""
-    if path is None:
-        path = os.environ.get(ENV)
-    if path is not None:
-        p = Path(path).expanduser()
-        if not p.is_dir():
-            raise CaddtreeError(f"data dir {p} does not exist: pass --data-dir or set {ENV}")
-        return p
-    for p in (Path(__file__).resolve().parent.parent.parent / "shared" / "data", Path.cwd() / ".." / "shared" / "data"):
-        if p.is_dir():
-            return p.resolve()
-    raise CaddtreeError(f"no benchmark data dir found (looked for ../shared/data): pass --data-dir or set {ENV}")
 
 
 def read_records(path: Path) -> list[dict]:

@@ -21,9 +21,11 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 
 from caddtree.drafter import Drafter, OnlineCalibration, calibration_keep, shrink_to_uniform
 from caddtree.errors import CaddtreeError
+from caddtree.files import atomic_write
 from caddtree.kernels import PackedLinear, pack_linears
 
 NEG = -1e9  # additive mask value (finite: a fully masked row cannot occur, but -inf would turn it into NaN)
@@ -331,14 +333,13 @@ class DFlashDrafter(Drafter):
 
 # ----------------------------------------------------------------------------------------------------- save / load
 def save_drafter(model: DFlashModel, path) -> None:
-    from safetensors.torch import save_file
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
     sd = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    tmp = path / "model.safetensors.tmp"
-    save_file(sd, str(tmp), metadata={"format": "pt"})
-    os.chmod(tmp, 0o644)
-    tmp.replace(path / "model.safetensors")
+
+    def write(tmp: Path) -> None:
+        save_file(sd, str(tmp), metadata={"format": "pt"})
+        os.chmod(tmp, 0o644)
+    atomic_write(path / "model.safetensors", write)
     (path / "config.json").write_text(json.dumps({"model_type": "caddtree-dflash", **asdict(model.c)}, indent=1))
 
 
@@ -366,7 +367,6 @@ def load_drafter(path, target, device=None) -> DFlashDrafter:
 
 def load_model(path, target, device=None) -> DFlashModel:
     """The trainable DFlashModel of an exported drafter directory, checked against and bound to `target`."""
-    from safetensors.torch import load_file
     path = Path(path)
     if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
         raise CaddtreeError(f"{path} is not a DFlash drafter directory (needs config.json and model.safetensors)")

@@ -12,11 +12,28 @@ cache since the previous call, i.e. positions ℓ-k .. ℓ-1 (the whole prompt m
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import math
 
 import torch
 
 from caddtree.tree import SparseMarginals
+
+
+def drafter_id(drafter) -> str:
+    """Stable id of a drafter's cost: its own `fingerprint` if it has one, else class name + hash of its config
+    (a dataclass attribute, e.g. DFlash's architecture: retrained weights cost the same) or, failing that, of its
+    scalar settings. Never of run state such as a drafter KV cache."""
+    fp = getattr(drafter, "fingerprint", None)
+    if fp:
+        return str(fp)
+    cfg = next((v for v in vars(drafter).values() if dataclasses.is_dataclass(v) and not isinstance(v, type)), None)
+    settings = dataclasses.asdict(cfg) if cfg is not None else {
+        k: v for k, v in vars(drafter).items() if isinstance(v, (int, float, str, bool)) and not k.startswith("_")}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return f"{type(drafter).__name__}-{digest}"
 
 
 class Drafter:
@@ -102,7 +119,7 @@ class PromptLookupDrafter(Drafter):
 
     min_ngram stays 1. Replaying CaDDTree's choices with the measured cost model predicted 0-6.5% less ms/token
     with min_ngram = 2, but measured back to back on 6 other prompts per set it was mixed: GSM8K 7% slower, MT-Bench
-    8.5% faster, HumanEval and MATH-500 within noise (`results/lookup-min-ngram/`).
+    8.5% faster, HumanEval and MATH-500 within noise (docs/design.md).
     """
 
     def __init__(self, vocab_size: int, num_positions: int = 8, max_ngram: int = 3, min_ngram: int = 1,
@@ -233,7 +250,6 @@ class LookupMixtureDrafter(Drafter):
 
     @property
     def fingerprint(self) -> str:  # the cost model's key: both parts' ids
-        from caddtree.profile import drafter_id
         return f"{drafter_id(self.base)}+{drafter_id(self.lookup)}"
 
     def reset(self, prompt_ids: torch.Tensor) -> None:

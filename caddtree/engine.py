@@ -12,7 +12,6 @@ so the baseline runs the same forward, cache and precision as the speculative me
 """
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -21,8 +20,9 @@ from caddtree.accept import SamplingParams, accept_walk, accepted_along, target_
 from caddtree.budget import DraftGate, PhiCalibration, TreeStop, choose_tree_size
 from caddtree.drafter import Drafter
 from caddtree.errors import CaddtreeError
-from caddtree.target import Target, compact_cache
-from caddtree.tree import Tree, build_tree, verify_inputs
+from caddtree.target import Target
+from caddtree.tree import Tree, build_tree
+from caddtree.verify import commit_path, now, verify_tree
 
 METHODS = ("ar", "ddtree", "caddtree")
 GATES = ("realised", "predicted")
@@ -94,31 +94,6 @@ class GenerationResult:
         return [asdict(r) for r in self.rounds]
 
 
-def _now(device: torch.device) -> float:
-    if device.type == "cuda":  # kernels are asynchronous: time what has run, not what was queued
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
-
-
-def verify_tree(target: Target, cache, root: int, tree: Tree):
-    """One target forward over [root, nodes] with the ancestor-only mask; the cache grows by n + 1.
-
-    Returns logits [n + 1, V] and target features [n + 1, F] (None if the target reads no layers).
-    """
-    if len(tree) == 0:  # plain decoding step: causal default mask, no tree tensors to build
-        return target.forward(torch.tensor([root], device=target.device), cache)
-    ids, pos, mask = verify_inputs(root, tree, cache.get_seq_length(), device=target.device, dtype=target.dtype)
-    return target.forward(ids, cache, position_ids=pos, attn_mask=mask)
-
-
-def commit_path(cache, ctx: int, path: list[int], device) -> torch.Tensor:
-    """Compact the cache after a verify at context `ctx` to [past, root, accepted nodes]; return the kept rows
-    of the verify input ([1 + len(path)] indices into [root, nodes])."""
-    rows = torch.tensor([0] + [i + 1 for i in path], dtype=torch.long, device=device)
-    compact_cache(cache, ctx, ctx + rows)
-    return rows
-
-
 class Decoder:
     """Generates with one target, one drafter and one budget policy.
 
@@ -160,7 +135,7 @@ class Decoder:
         self.gate_mode = gate or None
         self.gate = DraftGate() if gate and method == "caddtree" and two_stage else None
         # calibrate_phi: CaDDTree prices nodes by the acceptance rate observed for their predicted δ, one map per
-        # draft stage (off by default: no measured speed difference, results/phi-calibration/)
+        # draft stage (off by default: no measured speed difference, docs/design.md)
         self.phi_cal = ({"cheap": PhiCalibration(), "full": PhiCalibration()}
                         if method == "caddtree" and calibrate_phi else None)
 
@@ -218,7 +193,7 @@ class Decoder:
         tokens = torch.tensor(committed, device=device)
 
         def lap() -> float:  # ms since the previous lap
-            t = _now(device)
+            t = now(device)
             ms, clock[0] = 1000 * (t - clock[0]), t
             return ms
 
@@ -282,7 +257,7 @@ class Decoder:
         speculative = self.method != "ar"
         target.hidden_layers = list(self.drafter.target_layers) if speculative else []  # features the drafter reads
 
-        t0 = _now(device)
+        t0 = now(device)
         cache = target.new_cache()
         feats = None
         if P > 1:
@@ -291,21 +266,21 @@ class Decoder:
             self.drafter.reset(prompt_ids)
         if self.gate is not None:  # what the costly stage gains is learned on this text, not carried over from another
             self.gate.reset()
-        result = GenerationResult(prompt_len=P, tokens=[], prefill_ms=1000 * (_now(device) - t0))
+        result = GenerationResult(prompt_len=P, tokens=[], prefill_ms=1000 * (now(device) - t0))
 
         committed = prompt_ids.tolist()
         probes: list[GateProbe] = []  # rounds whose stage-1-only outcome the gate learns once the output decides it
         while True:
-            t0 = _now(device)  # a round's parts add up to its whole time: decode time = the sum of the rounds'
+            t0 = now(device)  # a round's parts add up to its whole time: decode time = the sum of the rounds'
             ctx = len(committed) - 1
             stats = RoundStats(ctx=ctx, tree_size=0, accepted=0, emitted=0)
             room = max_new_tokens - len(result.tokens) - 1  # draft depth that can still be emitted
             tree, probe = Tree.empty(), None
             if speculative and room > 0:
                 tree, probe = self._draft_tree(committed, feats, ctx, room, stats, t0)
-            t1 = _now(device)
+            t1 = now(device)
             logits, vfeats = verify_tree(target, cache, committed[-1], tree)
-            t2 = _now(device)
+            t2 = now(device)
             choices = target_choices(logits, sampling, gen)
             path, bonus = accept_walk(tree.tokens, tree.parents, choices)
             if self.phi_cal is not None and len(tree):
@@ -334,7 +309,7 @@ class Decoder:
             done = hit is not None or len(result.tokens) >= max_new_tokens
             if probes:
                 probes = self._observe_realised(probes, result.tokens, final=done)
-            stats.compact_ms = 1000 * (_now(device) - t0) - stats.draft_ms - stats.build_ms - stats.verify_ms
+            stats.compact_ms = 1000 * (now(device) - t0) - stats.draft_ms - stats.build_ms - stats.verify_ms
             if on_tokens is not None:  # the caller's time (e.g. printing the stream), not the decoder's
                 on_tokens(new)
             if done:

@@ -1,31 +1,19 @@
 """CPU linear layers for the row counts decoding uses: one small C++ kernel (`panel_linear.cpp`), built on first use.
 
-Why: plain decoding multiplies every weight by one row, tree verification by a handful (2-65), and on CPU both are
-bound by reading the weights from memory. PyTorch's GEMMs lose that from a few rows on: on this project's 2-core
-machine (Intel Xeon, SmolLM2-135M fp32, 1 thread, 300-token cache, both cores busy; `python -m caddtree.kernels`)
-PyTorch's default linears took 57.6 / 60.1 / 63.8 / 93.2 / 122.2 / 152.0 ms for a 1 / 2 / 3 / 5 / 9 / 33-token
-forward, this kernel 54.5 / 61.2 / 65.1 / 75.7 / 86.9 / 131.6. The kernel streams each weight once in panels of P
-columns and reuses a panel from cache for every group of up to 6 rows; P follows the vector registers of the CPU it
-is built for (64 with AVX-512, 16 with AVX2: 64 on an AVX2-only AMD EPYC spilled its accumulators and took 117.6 /
-518.8 ms for a 1 / 5-token forward, 16 takes 70.9 / 93.0, PyTorch 97.2 / 183.6; `results/kernels-avx2/`). Verify
-cost at a 128-token context, previous kernels (one row `x @ W^T` with W^T stored contiguous, more rows
-oneDNN-packed) -> panel kernel, profiled at the same time one per core (`results/kernels-ab/`): plain step 70.5 ->
-65.7 ms, 1 tree node 89.3 -> 71.5, 4 nodes 98.8 -> 88.3, 8 nodes 105.6 -> 101.7, 16 nodes 126.5 -> 118.6; end to
-end, tree methods 2-7% less time per token. Each output row is summed in the same order whatever the other rows are,
-so a token's logits in a verified tree are bit-identical to the ones the plain step would compute from the same
-activations.
+Plain decoding multiplies every weight by one row, tree verification by a handful (2-97), and on a CPU both are
+bound by reading the weights from memory, where a GEMM tuned for large batches loses. The kernel streams each weight
+once in panels of P output columns ([ceil(N/P), K, P], `to_panels`) and reuses a panel from cache for every group of
+up to `row_group()` rows; P follows the vector registers of the CPU it is built for (64 with AVX-512, 16 with AVX2).
 
-Where the CPU has AMX (Intel Sapphire Rapids and later) and the OS grants it, CADDTREE_CPU_KERNEL=amx runs the same
-source's AMX kernel instead (kernel version `amx1`): fp32 values split into bf16 hi + lo, three tile products per
-step, fp32 sums, ~1e-5 relative error against fp32, batch-invariant in the same way. A tile product covers 16 rows for
-the price of one, so verifying a tree of up to 15 nodes costs about one plain step's weight traffic: on an Intel Xeon
-with AMX (SmolLM2-135M, 300-token cache, both cores busy) a 1 / 9 / 16-token forward took 114.8 / 184.8 / 208.6 ms
-with the panel kernel, 124.0 / 140.6 / 147.5 ms with AMX. Plain decoding is ~8% slower with it (tile loads stream the
-weights slower than vector loads), so it stays opt-in until an end-to-end A/B (`results/kernels-amx/commands.sh`)
-shows the tree methods gaining more than that; the default is the panel kernel.
+Invariant (exactness): each output row is summed in the same order whatever the other rows are, so a token's logits
+in a verified tree are bit-identical to the ones the plain step computes from the same activations (batch
+invariance; tests/test_kernels.py).
 
-Rows above MAX_ROWS (prefill), grad mode, other dtypes and non-CPU tensors use `F.linear`. Without a C++ compiler
-(or ninja) the kernel is not built: linears stay PyTorch's, with a one-line warning; decoding is the same, slower.
+CADDTREE_CPU_KERNEL=amx (Intel Sapphire Rapids and later, where the OS grants the tiles) runs the same source's AMX
+kernel: fp32 values split into bf16 hi + lo, three tile products per step, fp32 sums, ~1e-5 relative error against
+fp32, batch-invariant in the same way; opt-in. Rows above MAX_ROWS (prefill), grad mode, other dtypes and non-CPU
+tensors use `F.linear`. Without a C++ compiler (or ninja) the kernel is not built: linears stay PyTorch's, with a
+one-line warning; decoding is the same, slower. Measurements behind these choices: docs/design.md.
 """
 from __future__ import annotations
 
@@ -33,7 +21,6 @@ import copy
 import functools
 import hashlib
 import os
-import platform
 import sys
 import warnings
 from pathlib import Path
@@ -41,37 +28,24 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.cpp_extension import load
 
 from caddtree.errors import CaddtreeError
+from caddtree.files import cache_dir, cpu_tag
 
 # in cost-profile keys (`kernel_version()`): bump when the CPU kernels change (linears here, attention and KV cache in
 # caddtree.target, the DFlash drafter's output head), so no stale profile is reused
 VERSIONS = {"panel": "panel2", "amx": "amx1"}  # panel2: the panel width follows the vector registers (was 64 always)
 ROW_GROUP = {"panel": 6, "amx": 16}  # rows per pass: panel_linear.cpp's G_MAX, the rows of one AMX tile
-MAX_ROWS = 96  # above this PyTorch's GEMM wins (prefill); measured with `python -m caddtree.kernels`
+MAX_ROWS = 96  # above this PyTorch's GEMM wins (prefill); measured with `python scripts/compare_kernels.py`
 
 _SOURCE = Path(__file__).with_name("panel_linear.cpp")
-
-
-def _cpu_tag() -> str:
-    """The build uses -march=native: key it by the CPU as well as the source, so a shared cache never runs code
-    built for another CPU."""
-    cpu = platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu += "".join(line for line in f if line.startswith(("model name", "flags", "Features")))
-    except OSError:
-        pass
-    return cpu
 
 
 @functools.cache
 def _library():
     """The compiled kernel module, or None (warned once) where it cannot be built."""
-    from torch.utils.cpp_extension import load
-
-    from caddtree.target import cache_dir
-    key = hashlib.sha256(_SOURCE.read_bytes() + _cpu_tag().encode() + torch.__version__.encode()).hexdigest()[:12]
+    key = hashlib.sha256(_SOURCE.read_bytes() + cpu_tag().encode() + torch.__version__.encode()).hexdigest()[:12]
     build = cache_dir() / "kernels" / key
     try:  # no compiler, no ninja, unsupported platform, unwritable cache: keep PyTorch's linears
         build.mkdir(parents=True, exist_ok=True)
@@ -114,7 +88,7 @@ def kernel_version() -> str:
 
 def row_group() -> int:
     """Rows the kernel multiplies per pass over the weights: a verify that starts a new pass costs a jump
-    (`costmodel`, results/verify-staircase)."""
+    (`costmodel`, docs/design.md)."""
     return ROW_GROUP[_kind()]
 
 
@@ -173,40 +147,3 @@ def pack_linears(module: nn.Module, kind: str | None = None) -> int:
                 setattr(parent, name, PackedLinear(child.weight, child.bias, kind))
                 count += 1
     return count
-
-
-def _compare(ctx: int = 300, sizes=(1, 2, 3, 5, 9, 16, 17, 33, 65, 97), reps: int = 12) -> None:
-    """Median forward ms of the built-in target, n new tokens on a ctx-token cache: PyTorch's linears, the panel
-    kernel and (where it runs) the AMX kernel. The models alternate call by call, so a load drift of a shared machine
-    hits every column alike."""
-    import time
-
-    from caddtree.target import load_target
-
-    torch.set_num_threads(1)
-    targets = {"pytorch": load_target(pack=False)}
-    for kind in ("panel", "amx") if amx_available() else ("panel",):
-        targets[kind] = load_target(pack=False)
-        pack_linears(targets[kind].model, kind)
-        targets[kind].packed = True
-    ids = torch.randint(0, 1000, (ctx,))
-    caches = {}
-    for name, target in targets.items():
-        caches[name] = target.new_cache()
-        target.forward(ids, caches[name])
-    times = {(name, n): [] for name in targets for n in sizes}
-    for _ in range(reps):
-        for n in sizes:
-            new = torch.randint(0, 1000, (n,))
-            for name, target in targets.items():
-                t0 = time.perf_counter()
-                target.forward(new, caches[name])
-                times[name, n].append((time.perf_counter() - t0) * 1e3)
-                caches[name].crop(-n)
-    print("n tokens | " + " | ".join(f"{name} ms" for name in targets))
-    for n in sizes:
-        print(f"{n:8d} | " + " | ".join(f"{sorted(times[name, n])[reps // 2]:{len(name) + 3}.1f}" for name in targets))
-
-
-if __name__ == "__main__":
-    _compare()

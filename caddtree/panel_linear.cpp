@@ -11,7 +11,7 @@
 // 6 rows of accumulators plus one panel row stay in registers: 64 with AVX-512 (32 zmm: 24 + 4), 16 with AVX/AVX2
 // (16 ymm: 12 + 2, the shape of BLIS's Haswell kernel), 8 with SSE only, 16 with 4-lane NEON (32 q registers). A
 // 64-wide panel on AVX2 spills 48 accumulator registers to the stack: 5-15x slower from 5 rows on (an AMD EPYC
-// without AVX-512, results/kernels-avx2/).
+// without AVX-512, docs/design.md).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -112,7 +112,7 @@ torch::Tensor panel_linear(torch::Tensor x, torch::Tensor panels, int64_t N) {
 // lo = bf16(v - hi), and y = x_hi W_hi + x_hi W_lo + x_lo W_hi, accumulated in fp32 (relative error ~1e-5; the
 // dropped x_lo W_lo term is ~2^-16 of the product). Why: the panel kernel is bound by the FMA units from a few rows on
 // (~3.5 ms per extra row for SmolLM2-135M), while one AMX tile product covers 16 rows at the cost of one, so a tree
-// of up to 15 nodes costs about 1.2 plain steps (measured with `python -m caddtree.kernels`). Each output element is
+// of up to 15 nodes costs about 1.2 plain steps (measured with `python scripts/compare_kernels.py`). Each output element is
 // accumulated by the hardware in the same order whatever the other rows of its tile hold, so rows stay
 // batch-invariant as with the panel kernel.
 // Packed W: [ceil(N/64), Kp/32, 4 column tiles, 2 (hi, lo), 16 pair-rows, 32] bf16, the VNNI layout AMX reads

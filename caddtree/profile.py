@@ -1,36 +1,27 @@
-"""Measure this machine's cost model with the real target, drafter and engine code paths (`caddtree profile`).
+"""Measure this machine's cost model with the real target, drafter and round code (`caddtree profile`).
 
 Per context length ℓ (KV cache prefilled with random tokens):
-- C_v(n; ℓ): `engine.verify_tree` on a best-first tree of n nodes built from random marginals (real ancestor mask,
+- C_v(n; ℓ): `verify.verify_tree` on a best-first tree of n nodes built from random marginals (real ancestor mask,
   root counted; n = 0 is the plain decoding step), cache cropped back after each call; the preset's sizes plus both
   sides of the first pass boundaries of the CPU kernel (`size_grid`), so the fit sees each pass's step;
-- C_d(ℓ): one steady-state `drafter.propose` call that feeds only a few new tokens' features (LM head included);
-  the drafter's context grows by those few tokens per call, negligible against ℓ; for a two-stage drafter also the
-  first stage alone (`propose_cheap` + `skip_rest`), which the engine's draft gate prices;
-- overhead(ℓ): tree build at the full budget + `choose_tree_size` + acceptance walk + cache compaction
-  (`target.compact_cache`, O(accepted) copies). It is charged to every round, though an n = 0 round compacts
-  nothing: slightly pessimistic for plain steps.
+- C_d(ℓ): one steady-state `drafter.propose` call that feeds only a few new tokens' features (LM head included),
+  each right after a target step as in decoding; for a two-stage drafter also the first stage alone (`propose_cheap`
+  + `skip_rest`), which the engine's draft gate prices;
+- overhead(ℓ): tree build at the full budget + `choose_tree_size` + acceptance walk + cache compaction. It is
+  charged to every round, though an n = 0 round compacts nothing: slightly pessimistic for plain steps.
+
 Every figure is the median over repeats after warm-up (minima kept too, for audit). All ctx caches are prefilled first
-and the whole (ℓ, n) grid is swept once per repeat, so load drifts of a shared machine hit every cell alike instead
-of bending the curves. A burst of load that covers only some sweeps still bends them (seen once here: a 20 s profile
-priced a 4-node verify 18% over a 5-node one, and CaDDTree then chose plain steps in a sixth of its rounds), so while
-the medians price a smaller tree more than DISTURBED above a larger one at the same ℓ, more sweeps are taken, up to
-3x the preset's repeats. Load over most sweeps bends them without any inversion (seen here: a profile whose cells'
-medians stood a median 28% above their fastest sweep, against 6% in a quiet one, priced a 5-node verify 15% high
-against a plain step and C_d 50% high, and cost CaDDTree 2% on MBPP, results/counterfactual/zen5/), so more sweeps
-are also taken while the cells' medians stand more than BUSY above their minima (`busy`), and C_d takes more calls
-while its calls' median does (calls of a millisecond or more: faster ones scatter by timer jitter). C_v and the
-overhead belong to the target and the device: they are measured once into a shared verify profile and every
-drafter's cost model is built on it (only C_d is measured per drafter).
+and the whole (ℓ, n) grid is swept once per repeat, so load drifts of a shared machine hit every cell alike. While the
+medians price a smaller tree more than DISTURBED above a larger one at the same ℓ (`inversion`), or stand more than
+BUSY above their minima (`busy`), more sweeps are taken, up to 3x the preset's repeats; C_d likewise takes more calls.
+C_v and the overhead belong to the target and the device: they are measured once into a shared verify profile and
+every drafter's cost model is built on it (only C_d is measured per drafter). Why: docs/design.md.
 """
 from __future__ import annotations
 
 import copy
-import dataclasses
 import datetime
-import hashlib
 import json
-import os
 import platform
 import sys
 import time
@@ -39,11 +30,20 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import transformers
+from tqdm import tqdm
 
-from caddtree.costmodel import (VERIFY_FITS, CostModel, default_cost_path, fit_cost_model, load_cost_model,
-                                plot_cost_model, save_cost_model)
+from caddtree.accept import SamplingParams, accept_walk, target_choices
+from caddtree.budget import choose_tree_size
+from caddtree.costfile import default_cost_path, load_cost_model, plot_cost_model, save_cost_model
+from caddtree.costmodel import VERIFY_FITS, CostModel, fit_cost_model
+from caddtree.drafter import drafter_id
 from caddtree.errors import CaddtreeError
+from caddtree.files import atomic_write_text, cpu_name
 from caddtree.kernels import kernel_version, row_group
+from caddtree.target import crop_cache, prefill
+from caddtree.tree import Tree, build_tree
+from caddtree.verify import commit_path, now, verify_tree
 
 PRESETS = {
     # first run on a fresh machine: < 1 min for SmolLM2 on 2 CPU cores
@@ -61,20 +61,6 @@ DRAFT_REPEATS = 15
 def draft_calls(repeats: int) -> int:
     """Timed draft calls per context in a profile of `repeats` verify sweeps."""
     return max(repeats, DRAFT_REPEATS)
-
-
-def drafter_id(drafter) -> str:
-    """Stable id of a drafter's cost: its own `fingerprint` if it has one, else class name + hash of its config
-    (a dataclass attribute, e.g. DFlash's architecture: retrained weights cost the same) or, failing that, of its
-    scalar settings. Never of run state such as a drafter KV cache."""
-    fp = getattr(drafter, "fingerprint", None)
-    if fp:
-        return str(fp)
-    cfg = next((v for v in vars(drafter).values() if dataclasses.is_dataclass(v) and not isinstance(v, type)), None)
-    settings = dataclasses.asdict(cfg) if cfg is not None else {
-        k: v for k, v in vars(drafter).items() if isinstance(v, (int, float, str, bool)) and not k.startswith("_")}
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    return f"{type(drafter).__name__}-{digest}"
 
 
 def verify_row_group(target) -> int:
@@ -99,40 +85,13 @@ def device_label(target) -> str:
     return f"{dev.type}-t{torch.get_num_threads()}{kernel}"
 
 
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def provenance(target, drafter, preset: str | None = None) -> dict:
-    import transformers
     return {"target_fingerprint": target.fingerprint, "target": target.name,
             "drafter_id": "verify" if drafter is None else drafter_id(drafter),
-            "device": device_label(target), "cpu": _cpu_name(), "machine": platform.machine(),
+            "device": device_label(target), "cpu": cpu_name(), "machine": platform.machine(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "transformers": transformers.__version__, "python": platform.python_version(), "dtype": str(target.dtype),
             "preset": preset, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-
-
-def _prefill(target, cache, ids: torch.Tensor, chunk: int = 512):
-    """Fill the cache with ids in chunks (bounded attention memory); returns the features of all ids or None."""
-    feats = []
-    for i in range(0, len(ids), chunk):
-        _, f = target.forward(ids[i:i + chunk], cache)
-        if f is not None:
-            feats.append(f)
-    return torch.cat(feats) if feats else None
-
-
-def _crop_to(cache, ctx: int) -> None:
-    extra = cache.get_seq_length() - ctx
-    if extra > 0:
-        cache.crop(-extra)  # transformers 5: a negative count removes that many trailing tokens
 
 
 DISTURBED = 0.10  # a smaller tree's median verify this much above a larger one's at the same ℓ: not a quiet profile
@@ -170,13 +129,6 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
     Measured once per (target, device) and shared by every drafter, so two drafters are never priced on two noisy
     measurements of the same forward. Run without feature outputs (hidden_layers = []): asking for three layers'
     outputs did not change a 4-node verify here (SmolLM2, 300-token context: 91.6 vs 91.8 ms, medians of 15)."""
-    from tqdm import tqdm
-
-    from caddtree.accept import SamplingParams, accept_walk, target_choices
-    from caddtree.budget import choose_tree_size
-    from caddtree.engine import _now, commit_path, verify_tree
-    from caddtree.tree import Tree, build_tree
-
     group = verify_row_group(target)
     ns = size_grid(ns, group)
     n_max = ns[-1]
@@ -204,7 +156,7 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
         for ctx in ctxs:
             ids = torch.randint(0, V, (ctx + 1,), generator=g).to(device)
             cache = target.new_cache()
-            _prefill(target, cache, ids[:-1])
+            prefill(target, cache, ids[:-1])
             caches.append((cache, int(ids[-1])))
         # sweep the whole (ctx, n) grid once per repeat: load changes on a shared machine hit every cell alike
         sweeps = 0
@@ -215,23 +167,23 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
                 bar.total += len(ctxs) * (len(ns) + 1)
             for ci, (ctx, (cache, root)) in enumerate(zip(ctxs, caches)):
                 for ni, n in enumerate(ns):
-                    t0 = _now(device)
+                    t0 = now(device)
                     verify_tree(target, cache, root, trees[n])
-                    times[r, ci, ni] = _now(device) - t0
-                    _crop_to(cache, ctx)
+                    times[r, ci, ni] = now(device) - t0
+                    crop_cache(cache, ctx)
                     bar.update()
                 # overhead: tree build at the full budget + stop rule, then acceptance + compaction
-                t0 = _now(device)
+                t0 = now(device)
                 tree = build_tree(lp, n_max) if n_max else Tree.empty()
                 choose_tree_size(tree.log_weights, flat, ctx)
-                t_build = _now(device) - t0
+                t_build = now(device) - t0
                 logits, _ = verify_tree(target, cache, root, mid)
-                t0 = _now(device)
+                t0 = now(device)
                 path, _ = accept_walk(mid.tokens, mid.parents, target_choices(logits, SamplingParams()))
                 if len(mid):
                     commit_path(cache, ctx, path, device)
-                over[r, ci] = t_build + _now(device) - t0
-                _crop_to(cache, ctx)
+                over[r, ci] = t_build + now(device) - t0
+                crop_cache(cache, ctx)
                 bar.update()
     finally:
         target.hidden_layers = saved_layers
@@ -263,7 +215,7 @@ def profile_draft(target, drafter, ctxs, repeats: int = 3, warmup: int = 1, seed
         for ctx in ctxs:
             ids = torch.randint(0, target.vocab_size, (ctx + 1,), generator=g).to(target.device)
             cache = target.new_cache()
-            feats = _prefill(target, cache, ids[:-1])
+            feats = prefill(target, cache, ids[:-1])
             d, c = _draft_ms(target, drafter, ids, feats, warmup, draft_calls(repeats), g, cache)
             draft.append(round(d, 3)), cheap.append(round(c, 3))
     finally:
@@ -287,13 +239,12 @@ def _draft_ms(target, drafter, ids, feats, warmup, repeats, g, cache) -> tuple[f
     Each call follows a one-token target step on `cache` (untimed, then cropped off), as every draft follows a
     verify in decoding: the target's weight stream leaves the drafter's weights out of the CPU caches (back to back
     from warm caches: 6.1-7.6 against 7.7-7.9 ms at ℓ = 128 in two profiles here). Random tokens still make this
-    C_d a little high (8.1 ms at ℓ = 128 where drafts took 7.7 in decoding, results/bench-t0-256-n20: prompt lookup
+    C_d a little high (8.1 ms at ℓ = 128 where drafts took 7.7 in decoding, docs/design.md: prompt lookup
     finds no match and scans the whole context); a CaDDTree pricing drafts at their measured cost was no faster
-    (results/measured-cd).
+    (docs/design.md).
 
     Timed on a copy: drafters may learn from what they see (prompt lookup calibrates its confidence against the
     committed tokens), and random profiling tokens must not teach the drafter used for generation."""
-    from caddtree.engine import _now
     drafter = copy.deepcopy(drafter)
     device = target.device
     tokens = ids.clone()
@@ -313,15 +264,15 @@ def _draft_ms(target, drafter, ids, feats, warmup, repeats, g, cache) -> tuple[f
             tokens = torch.cat([tokens, torch.randint(0, target.vocab_size, (NEW_TOKENS,), generator=g).to(device)])
             new_feats = torch.randn(NEW_TOKENS, width, generator=g).to(device, target.dtype) if width else None
             target.forward(ids[-1:], cache)
-            _crop_to(cache, ctx)
-            t0 = _now(device)
+            crop_cache(cache, ctx)
+            t0 = now(device)
             if stage == "full":
                 drafter.propose(tokens, new_feats)
             else:  # the first stage, then the second stage skipped (it keeps the features for later)
                 drafter.propose_cheap(tokens)
                 drafter.skip_rest(new_feats)
             if r > warmup:
-                (times if stage == "full" else cheap).append(_now(device) - t0)
+                (times if stage == "full" else cheap).append(now(device) - t0)
     if loaded():
         _warn_busy(f"{len(times)} timed draft calls", busy(times))
     return 1000 * float(np.median(times)), 1000 * float(np.median(cheap)) if cheap else 0.0
@@ -355,7 +306,7 @@ def _load_verify(target) -> dict | None:
 def covers_preset(meas: dict, preset: str | None) -> bool:
     """Whether verify measurements hold every size and sweep their preset asks for now: one measured under an older,
     smaller version of it is measured again (the coarse preset before every size 0-12 and 9 sweeps priced 7-10-node
-    trees 2-4% low against 5-node ones, by decoding's own verify times: results/zen5-profile-ab2)."""
+    trees 2-4% low against 5-node ones, by decoding's own verify times: docs/design.md)."""
     args = PRESETS.get(preset)
     if args is None:
         return True
@@ -369,11 +320,7 @@ def _measure_verify(target, preset: str, progress: bool) -> dict:
     meas["profile_s"] = round(time.perf_counter() - t0, 1)
     prov = {**provenance(target, None, preset), "verify_id": uuid.uuid4().hex[:12]}
     doc = {"format": VERIFY_FORMAT, "provenance": prov, "measurements": meas}
-    path = verify_profile_path(target)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # per process: parallel profiles may write at once
-    tmp.write_text(json.dumps(doc, indent=1))
-    tmp.replace(path)  # atomic: parallel processes see the old file or the new one
+    path = atomic_write_text(verify_profile_path(target), json.dumps(doc, indent=1))
     print(f"cost model: verify cost measured ({preset} preset, {meas['sweeps']} sweeps, {100 * meas['busy']:.0f}% busy, "
           f"{meas['profile_s']} s) -> {path}", file=sys.stderr)
     return doc

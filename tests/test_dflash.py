@@ -4,8 +4,7 @@ import types
 import pytest
 import torch
 
-from caddtree.dflash import (DFlashConfig, DFlashDrafter, DFlashModel, default_target_layers, dflash_loss,
-                             load_drafter, save_drafter)
+from caddtree.dflash import (DFlashConfig, DFlashDrafter, DFlashModel, default_target_layers, load_drafter, save_drafter)
 from caddtree.errors import CaddtreeError
 from caddtree.target import Target
 
@@ -140,7 +139,8 @@ def test_broken_drafter_directory_is_a_one_line_error(tmp_path):
 
 def test_training_lowers_loss(tmp_path):
     """A few steps of the real training loop on a tiny target with a learnable pattern lower the loss."""
-    from caddtree.train import train_drafter
+    from caddtree.train.config import TrainConfig
+    from caddtree.train.loop import train_drafter
     torch.manual_seed(0)
     tg = tiny_target()
     layers = default_target_layers(tg.config.num_hidden_layers)
@@ -154,9 +154,9 @@ def test_training_lowers_loss(tmp_path):
         recs["feats"].append(f.to(torch.bfloat16)); recs["source"].append("toy")
     (tmp_path / "data").mkdir()
     torch.save(recs, tmp_path / "data" / "shard_00000.pt")
-    args = types.SimpleNamespace(block_size=4, layers=1, num_target_layers=3, steps=30, lr=1e-2, warmup=3,
-                                 anchors=16, seqs_per_step=2, max_seq=64, gamma=None, ckpt_minutes=100.0,
-                                 max_minutes=5.0, export=None, seed=0, log_every=1)
+    args = TrainConfig(block_size=4, layers=1, num_target_layers=3, steps=30, lr=1e-2, warmup=3,
+                       anchors=16, seqs_per_step=2, max_seq=64, gamma=None, ckpt_minutes=100.0,
+                       max_minutes=5.0, export=None, seed=0, log_every=1)
     losses = []
     train_drafter(tg, tmp_path, args, log=lambda line: losses.append(line))
     import json
@@ -184,27 +184,27 @@ def test_training_lowers_loss(tmp_path):
     from caddtree.dflash import save_drafter
     save_drafter(model, tmp_path / "export")
     # eval-drafter reads the checkpoint as well as the export: the same weights either way
-    from caddtree.train import _drafter_from
+    from caddtree.train.evaluate import _drafter_from
     by_ckpt, by_dir = _drafter_from(tmp_path / "ckpt.pt", tg), _drafter_from(tmp_path / "export", tg)
     for a, b in zip(by_ckpt.model.state_dict().values(), by_dir.model.state_dict().values()):
         assert torch.equal(a, b)
     fresh = tmp_path / "phase2"
     (fresh / "data").mkdir(parents=True)
     torch.save(recs, fresh / "data" / "shard_00000.pt")
-    cont = types.SimpleNamespace(**{**vars(args), "steps": 2, "restart_schedule": 0,
-                                    "init_from": tmp_path / "export"})
+    import dataclasses
+    cont = dataclasses.replace(args, steps=2, restart_schedule=0, init_from=tmp_path / "export")
     logged = []
     train_drafter(tg, fresh, cont, log=lambda line: logged.append(json.loads(line)))
     assert logged[0]["event"] == "init_from"
     assert [r for r in logged if r["event"] == "train"][0]["loss"] < 0.85 * first
     # held-out split: only sequences from val_from on, every val_every-th
-    from caddtree.train import _training_seqs
+    from caddtree.train.data import _training_seqs
     train, val = _training_seqs(tmp_path, 64, val_from=4, val_every=4)
     assert len(train) == 7 and len(val) == 1 and torch.equal(val[0][0], recs["tokens"][7].long())
 
 
 def test_evaluate_tau_against_oracle_and_wrong_drafters():
-    from caddtree.train import evaluate
+    from caddtree.train.evaluate import evaluate
     V, L = 50, 7
     toks = torch.arange(40) % V
     refs = [(toks, 8, torch.zeros(40, 4))]

@@ -7,14 +7,11 @@ import torch
 
 from caddtree.accept import SamplingParams
 from caddtree.drafter import LookupMixtureDrafter, PromptLookupDrafter
-from caddtree.engine import Decoder, commit_path, verify_tree
+from caddtree.engine import Decoder
+from caddtree.verify import commit_path, verify_tree
 from caddtree.errors import CaddtreeError
 from caddtree.tree import build_tree
-from conftest import OracleDrafter, RandomDrafter, make_tiny_target, reference_greedy
-
-
-def prompt(seed: int, length: int = 12, vocab: int = 64) -> torch.Tensor:
-    return torch.randint(2, vocab, (length,), generator=torch.Generator().manual_seed(seed))
+from conftest import FeatureLog, OracleDrafter, RandomDrafter, make_tiny_target, prompt, reference_greedy
 
 
 def drafters(target, seed):
@@ -172,112 +169,6 @@ def test_sampling_test_detects_a_biased_sampler():
     assert len(hist) == 1  # greedy is deterministic: one outcome, which the law test would reject
 
 
-def test_lookup_calibration_tracks_observed_acceptance():
-    d = PromptLookupDrafter(vocab_size=10, num_positions=2, confidence=0.8, prior_strength=4.0)
-    seq = [1, 2, 3, 1, 2]          # suffix [1, 2] matched earlier -> votes 3 at position 0
-    lp = d.propose(torch.tensor(seq))
-    assert lp[0].exp().sum().item() == pytest.approx(1.0, abs=1e-5)
-    assert lp[0, 3].exp().item() == pytest.approx(0.8 + 0.2 / 10, abs=1e-5)
-    for _ in range(12):            # the target keeps committing 9 instead of the vote 3: confidence must fall
-        d.reset(None)
-        d.propose(torch.tensor(seq))
-        d.propose(torch.tensor(seq + [9]))
-    two = d.calibrations[2]  # the suffix [1, 2] is a 2-token match
-    assert two.trials[0] > 10 and two.hits[0] == 0
-    d.reset(None)
-    lp = d.propose(torch.tensor(seq))
-    assert d.match == 2 and d.calibrated(0) < 0.3
-    assert lp[0].exp().max().item() < 0.35
-
-
-def test_lookup_calibrates_each_match_length_apart():
-    """A 1-token match that keeps failing must not lower the confidence in a 3-token repeat (nor the reverse)."""
-    d = PromptLookupDrafter(vocab_size=20, num_positions=2, confidence=0.8, prior_strength=4.0)
-    one = [5, 6, 7, 8, 5]            # suffix [5] seen before -> votes 6; the target commits 9
-    three = [1, 2, 3, 4, 1, 2, 3]    # suffix [1, 2, 3] seen before -> votes 4; the target commits 4
-    for _ in range(12):
-        d.reset(None)
-        d.propose(torch.tensor(one))
-        assert d.match == 1
-        d.propose(torch.tensor(one + [9]))
-        d.reset(None)
-        d.propose(torch.tensor(three))
-        assert d.match == 3
-        d.propose(torch.tensor(three + [4]))
-    assert d.calibrations[1].rate(0) < 0.3 < 0.9 < d.calibrations[3].rate(0)
-    assert d.calibrations[2].trials == [0, 0]
-    d.reset(None)
-    assert d.propose(torch.tensor(one))[0, 6].exp().item() < 0.3
-    d.reset(None)
-    assert d.propose(torch.tensor(three))[0, 4].exp().item() > 0.9
-
-
-def test_lookup_mixture_moves_the_calibrated_share_onto_the_votes():
-    base = torch.log_softmax(torch.randn(3, 10, generator=torch.Generator().manual_seed(0)) * 2, -1)  # [L=3, V=10]
-
-    class Fixed(RandomDrafter):
-        def propose(self, tokens, features):
-            return base
-
-    look = PromptLookupDrafter(vocab_size=10, num_positions=3, confidence=0.8)
-    mix = LookupMixtureDrafter(Fixed(10, num_positions=3), look)
-    seq = [1, 2, 3, 1, 2]  # suffix [1, 2] seen before -> position 0 votes 3, position 1 votes 1, position 2 votes 2
-    lp = mix.propose(torch.tensor(seq), None)
-    assert torch.allclose(lp.exp().sum(-1), torch.ones(3), atol=1e-5)
-    p = base.exp()
-    assert lp[0, 3].exp().item() == pytest.approx(0.8 + 0.2 * p[0, 3].item(), abs=1e-5)
-    assert lp[0, 5].exp().item() == pytest.approx(0.2 * p[0, 5].item(), abs=1e-6)  # not voted: scaled base
-    assert lp[2, 2].exp().item() == pytest.approx(0.8 + 0.2 * p[2, 2].item(), abs=1e-5)
-    mix.reset(None)
-    lp = mix.propose(torch.tensor([4, 5, 6, 7]), None)  # no repeated n-gram: the base marginals untouched
-    assert torch.allclose(lp, base, atol=1e-6)
-    assert look.calibration._pending is not None  # the lookup part keeps calibrating inside the mixture
-    with pytest.raises(ValueError, match="positions"):
-        LookupMixtureDrafter(Fixed(10, num_positions=3), PromptLookupDrafter(10, num_positions=4))
-
-
-def test_profiling_does_not_change_the_lookup_calibration():
-    from caddtree.profile import profile_costs
-    target = make_tiny_target(0)
-    d = PromptLookupDrafter(target.vocab_size, num_positions=4)
-    profile_costs(target, d, ns=[0, 1, 2], ctxs=[16], repeats=3, warmup=1, progress=False)
-    assert all(c.trials == [0] * 4 and c.hits == [0] * 4 and c._pending is None for c in d.calibrations)
-
-
-def test_online_calibration_counts_chains_and_shrinks_overconfident_rows():
-    from caddtree.drafter import OnlineCalibration, calibration_keep, shrink_to_uniform
-    c = OnlineCalibration(3, prior_strength=1.0)
-    c.expect(4, [7, 8, 9], [0.9, 0.9, 0.9])
-    c.observe([0, 1, 2, 3, 7, 5, 9])  # position 0 right, 1 wrong, 2 never reached (chain broken)
-    assert (c.trials, c.hits, c.predicted) == ([1, 1, 0], [1, 0, 0], [0.9, 0.9, 0.0])
-    c.observe([0, 1, 2, 3, 7, 5, 9, 9])  # nothing pending: no double counting
-    assert c.trials == [1, 1, 0]
-    assert c.ratio(0) == pytest.approx(2 / 1.9) and c.ratio(1) == pytest.approx(1 / 1.9) and c.ratio(2) == 1.0
-    lp = torch.log_softmax(torch.randn(3, 20) * 3, -1)
-    out = shrink_to_uniform(lp, calibration_keep(c, 3), 20)
-    assert torch.allclose(out.exp().sum(-1), torch.ones(3), atol=1e-5)
-    assert torch.equal(out.argmax(-1), lp.argmax(-1))
-    assert torch.allclose(out[0], lp[0], atol=1e-6) and torch.allclose(out[2], lp[2], atol=1e-6)  # ratio >= 1: kept
-    top = lp[1].exp().max()
-    assert out[1].exp().max().item() == pytest.approx(top.item() / 1.9 + (1 - 1 / 1.9) / 20, rel=1e-4)
-
-
-class FeatureLog(RandomDrafter):
-    """Random marginals; remembers the feature rows it was given (a trained drafter must see each exactly once)."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.target_layers, self.rows = [0], 0
-
-    def reset(self, prompt_ids):
-        self.rows = 0
-
-    def propose(self, tokens, features):
-        self.rows += 0 if features is None else features.shape[0]
-        assert self.rows == tokens.shape[0] - 1, "features of every committed token but the root, exactly once"
-        return super().propose(tokens, features)
-
-
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("stage2_ms", [0.2, 50.0])
 def test_gated_two_stage_caddtree_is_exact_and_skips_where_stage_two_does_not_pay(seed, stage2_ms):
@@ -312,7 +203,7 @@ def test_round_times_add_up_to_the_decode_time_and_leave_out_the_callers(monkeyp
     import caddtree.engine as eng
     from caddtree.costmodel import CostModel
     clock, observed = [0.0], []
-    monkeypatch.setattr(eng, "_now", lambda device: clock[0])
+    monkeypatch.setattr(eng, "now", lambda device: clock[0])
     learn = eng.Decoder._observe_realised
 
     def slow_learn(self, *args, **kwargs):
@@ -367,66 +258,6 @@ def test_unknown_gate_is_a_clear_error():
     mix = LookupMixtureDrafter(RandomDrafter(target.vocab_size, 4), PromptLookupDrafter(target.vocab_size, 4))
     with pytest.raises(CaddtreeError, match="unknown gate 'oracle'"):
         Decoder(target, mix, method="caddtree", cost_model=cost, gate="oracle")
-
-
-def test_two_stage_mixture_equals_one_call():
-    target = make_tiny_target(0)
-    toks = prompt(0, 20)
-    feats = torch.randn(19, 8)
-    one = LookupMixtureDrafter(FeatureLog(target.vocab_size, 4, seed=1), PromptLookupDrafter(target.vocab_size, 4))
-    two = LookupMixtureDrafter(FeatureLog(target.vocab_size, 4, seed=1), PromptLookupDrafter(target.vocab_size, 4))
-    one.reset(toks), two.reset(toks)
-    a = one.propose(toks[:15], feats[:14])
-    two.propose_cheap(toks[:12])
-    two.skip_rest(feats[:11])       # stage 2 skipped: its features wait for the next call
-    two.propose_cheap(toks[:15])
-    b = two.propose_rest(toks[:15], feats[11:14])
-    assert torch.allclose(a, b)
-    cheap = two.propose_cheap(toks[:16])
-    assert torch.allclose(cheap.dense(), PromptLookupDrafter(target.vocab_size, 4).propose(toks[:16]))
-
-
-def test_lookup_sparse_marginals_are_the_votes_mixed_into_the_uniform_law():
-    V = 64
-    look = PromptLookupDrafter(V, 4)
-    votes = look.votes(prompt(3, 40, V).tolist() + prompt(3, 40, V)[:6].tolist())  # a repeat: votes at each position
-    assert all(votes)
-    sparse = look.sparse_marginals(votes)
-    uniform = torch.full((4, V), -math.log(V))
-    assert torch.allclose(sparse.dense(), look.mix_into(votes, uniform), atol=1e-6)
-    assert torch.allclose(sparse.dense().exp().sum(-1), torch.ones(4), atol=1e-5)
-    assert all(row == sorted(row, reverse=True) for row in sparse.log_probs)
-
-
-def test_profile_times_both_stages_of_a_two_stage_drafter():
-    from caddtree.costmodel import fit_cost_model
-    from caddtree.profile import profile_costs
-    target = make_tiny_target(0)
-    mix = LookupMixtureDrafter(FeatureLog(target.vocab_size, 4), PromptLookupDrafter(target.vocab_size, 4))
-    meas = profile_costs(target, mix, ns=[0, 1, 2], ctxs=[16, 32], repeats=2, warmup=1, progress=False)
-    assert len(meas["cheap_draft_ms"]) == 2 and all(v > 0 for v in meas["cheap_draft_ms"])
-    assert fit_cost_model(meas).cheap_draft is not None
-    one = profile_costs(target, PromptLookupDrafter(target.vocab_size, 4), ns=[0, 1], ctxs=[16], repeats=1,
-                        warmup=0, progress=False)
-    assert "cheap_draft_ms" not in one
-
-
-def test_calibration_follows_a_change_of_text():
-    from caddtree.drafter import OnlineCalibration
-    c = OnlineCalibration(1, prior_strength=1.0, memory=0.9)
-    for k in range(200):  # a long run where the top token was always right ...
-        c.expect(k, [1], [0.5])
-        c.observe([0] * k + [1])
-    assert c.rate(0) > 0.95
-    for k in range(30):   # ... then text where it is always wrong: the rate follows within a few dozen trials
-        c.expect(k, [1], [0.5])
-        c.observe([0] * (k + 1))
-    assert c.rate(0) < 0.15  # (hits 10·0.9^30 + prior 0.8) / (10 + 1)
-    never = OnlineCalibration(1, prior_strength=1.0, memory=1.0)  # no forgetting: plain counts
-    for k in range(10):
-        never.expect(k, [1], [0.5])
-        never.observe([0] * k + [1 if k < 5 else 0])
-    assert (never.trials, never.hits) == ([10], [5])
 
 
 @pytest.mark.parametrize("seed", range(2))

@@ -40,7 +40,7 @@ def test_tree_decoding_is_lossless_on_smollm2(smollm2, prompt):
 
 
 def test_shipped_drafter_is_lossless(smollm2):
-    from caddtree.cli import load_drafter_spec, shipped_drafter
+    from caddtree.options import load_drafter_spec, shipped_drafter
     if shipped_drafter(smollm2) is None:
         pytest.skip("no shipped drafter in this checkout")
     drafter = load_drafter_spec("dflash", smollm2)

@@ -3,7 +3,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from caddtree.engine import commit_path, verify_tree
+from caddtree.verify import commit_path, verify_tree
 from caddtree.tree import build_tree
 from conftest import make_tiny_target
 
@@ -56,7 +56,7 @@ def test_growing_cache_equals_dynamic_cache():
 
 
 def test_publish_once_builds_atomically_and_tolerates_a_concurrent_winner(tmp_path):
-    from caddtree.target import _publish_once
+    from caddtree.files import publish_dir_once as _publish_once
     dest = tmp_path / "models" / "m"
 
     def build(tmp):

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from caddtree.train import greedy_batch
+from caddtree.train.evaluate import greedy_batch
 from tests.conftest import make_tiny_target, reference_greedy
 
 
@@ -38,7 +38,7 @@ def test_token_archive_rebuilds_the_shards_with_their_features(tmp_path):
 
     from caddtree.dflash import default_target_layers
     from caddtree.errors import CaddtreeError
-    from caddtree.train import load_data, load_tokens, save_tokens
+    from caddtree.train.data import load_data, load_tokens, save_tokens
     tg = make_tiny_target(0)
     layers = default_target_layers(tg.config.num_hidden_layers)
     tg.hidden_layers = layers
@@ -80,7 +80,7 @@ def test_training_prompts_come_from_training_sets_only_and_broken_files_fail_in_
     import json
 
     from caddtree.errors import CaddtreeError
-    from caddtree.train import train_prompts
+    from caddtree.train.data import train_prompts
     d = tmp_path / "data"
     files = {"gsm8k/train.jsonl": [{"question": "G"}],
              "gpteacher/Codegen/codegen-instruct.json": [{"instruction": "C", "input": "x"}],
@@ -103,3 +103,21 @@ def test_training_prompts_come_from_training_sets_only_and_broken_files_fail_in_
     (d / "gsm8k/train.jsonl").write_text("{oops\n")
     with pytest.raises(CaddtreeError, match="gsm8k/train.jsonl line 1 cannot be read"):
         train_prompts(d)
+
+
+def test_train_config_takes_every_training_option_of_the_command_line():
+    """TrainConfig.from_args carries each train-drafter option that has a field (a renamed option would fail here,
+    not fall back to the field's default unnoticed); only log_every has no option."""
+    import argparse
+    import dataclasses
+
+    from caddtree.train.command import add_train_parser
+    from caddtree.train.config import TrainConfig
+    ap = argparse.ArgumentParser()
+    add_train_parser(ap.add_subparsers())
+    args = ap.parse_args(["train-drafter", "--lr", "0.02", "--draft-vocab", "100", "--init-from", "d", "--gamma", "3"])
+    cfg = TrainConfig.from_args(args)
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    assert names - set(vars(args)) == {"log_every"}
+    assert all(getattr(cfg, n) == getattr(args, n) for n in names - {"log_every"})
+    assert (cfg.lr, cfg.draft_vocab, cfg.init_from, cfg.gamma, cfg.log_every) == (0.02, 100, "d", 3.0, 10)

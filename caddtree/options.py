@@ -1,0 +1,111 @@
+"""Command-line options shared by `caddtree generate`, `profile`, `bench`, `train-drafter` and `eval-drafter`, and the
+checks that turn a wrong option into one line naming the fix before any slow load. Also how a `--drafter` spec
+becomes a drafter, and where the shipped drafters live (package data: `caddtree/drafters/<name>`).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from caddtree.dflash import load_drafter
+from caddtree.drafter import LookupMixtureDrafter, PromptLookupDrafter
+from caddtree.errors import CaddtreeError
+from caddtree.target import DEFAULT_TARGET
+
+SHIPPED_DRAFTERS = Path(__file__).resolve().parent / "drafters"
+SHIPPED_DRAFTER = {DEFAULT_TARGET: SHIPPED_DRAFTERS / "smollm2-135m-instruct-dflash"}
+
+
+def shipped_drafter(target) -> Path | None:
+    """The DFlash drafter directory shipped for this target, if this checkout has one."""
+    path = SHIPPED_DRAFTER.get(target.name)
+    return path if path is not None and (path / "config.json").is_file() else None
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default=DEFAULT_TARGET,
+                   help=f"built-in name ({DEFAULT_TARGET}), local HF model dir, .gguf file, or hub id")
+    p.add_argument("--drafter", default="auto",
+                   help="'auto' (= 'dflash+lookup' where a DFlash drafter ships for the target, else 'lookup'; "
+                        "see docs/results.md), 'lookup' (prompt lookup), "
+                        "'dflash' (the shipped DFlash drafter for the target), a DFlash drafter directory, "
+                        "or either + '+lookup' (prompt lookup mixed into its marginals, e.g. dflash+lookup)")
+    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+
+
+def add_method_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--method", default="caddtree", choices=["caddtree", "ddtree", "ar"],
+                   help="caddtree: cost-aware budget per round (default); ddtree: fixed budget; ar: plain decoding")
+    p.add_argument("--budget", type=int, default=32, help="tree nodes per round for --method ddtree")
+    p.add_argument("--cost-model", default=None, help="an existing cost profile JSON, e.g. from `caddtree profile "
+                                                      "--out` (default: the per-user cache, profiled on first use)")
+
+
+def resolve_drafter_spec(spec: str, target) -> str:
+    """'auto' -> the spec it stands for on this target; any other spec unchanged."""
+    if spec != "auto":
+        return spec
+    return "dflash+lookup" if shipped_drafter(target) is not None else "lookup"
+
+
+def describe_drafter(spec: str, target) -> str:
+    """What `--drafter spec` loads on this target, in words: the resolved spec and the shipped directory it reads."""
+    resolved = resolve_drafter_spec(spec, target)
+    where = f" from {shipped_drafter(target)}" if resolved.startswith("dflash") else ""
+    return f"{resolved}{where}" + (" (auto)" if spec == "auto" else "")
+
+
+def load_drafter_spec(spec: str, target):
+    """'auto' | 'lookup' | 'dflash' | drafter dir, optionally '+lookup' ('dflash+lookup') -> Drafter.
+
+    'auto' is 'dflash+lookup' (`drafter.LookupMixtureDrafter`: prompt lookup mixed into the shipped DFlash drafter's
+    marginals) for a target with a shipped drafter, else 'lookup' (`resolve_drafter_spec`).
+    """
+    spec = resolve_drafter_spec(spec, target)
+    if spec == "lookup":
+        return PromptLookupDrafter(target.vocab_size)
+    if spec.endswith("+lookup"):
+        base = load_drafter_spec(spec[:-len("+lookup")], target)
+        if isinstance(base, PromptLookupDrafter):
+            raise CaddtreeError(f"--drafter {spec}: mix prompt lookup into a trained drafter, e.g. dflash+lookup")
+        return LookupMixtureDrafter(base, PromptLookupDrafter(target.vocab_size, num_positions=base.num_positions))
+    if spec == "dflash":
+        path = shipped_drafter(target)
+        if path is None:
+            raise CaddtreeError(f"no shipped DFlash drafter for target '{target.name}': train one with "
+                                f"`caddtree train-drafter --target {target.name}` and pass its directory")
+        spec = str(path)
+    if not Path(spec).exists():
+        raise CaddtreeError(f"drafter not found: {spec} (give a DFlash drafter directory, 'dflash', 'lookup', "
+                            f"'auto', or one of those + '+lookup')")
+    return load_drafter(spec, target)
+
+
+def check_cost_model_arg(path) -> None:
+    """--cost-model names a profile to use: a missing file is a wrong path, not a request to profile into it (that is
+    `caddtree profile --out`), so it fails before the slow loads instead of silently profiling for a minute."""
+    if path is not None and not Path(path).is_file():
+        raise CaddtreeError(f"--cost-model {path}: no such file: create it with `caddtree profile --out {path}` "
+                            f"(same --target and --drafter), or leave --cost-model out to use the per-user cache")
+
+
+def check_out_path(path, flag: str, directory: bool) -> None:
+    """An output path of the wrong kind fails now, not after minutes of work: a file where a directory is wanted, or
+    a directory where a file is."""
+    if path is None:
+        return
+    path = Path(path)
+    if directory and path.exists() and not path.is_dir():
+        raise CaddtreeError(f"{flag} {path} is a file: give a directory (it is created if missing)")
+    if not directory and path.is_dir():
+        raise CaddtreeError(f"{flag} {path} is a directory: give a file path")
+
+
+def setup_torch(args) -> None:
+    if args.threads is not None and args.threads < 1:
+        raise CaddtreeError(f"--threads must be >= 1, got {args.threads}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
