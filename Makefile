@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-all clean
+.PHONY: setup demo test mutants clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,7 +20,11 @@ demo: $(STAMP)
 	$(BIN)/caddtree generate --max-new-tokens 128
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -rs
+
+# planted bugs in the pure core and the round, each against the fast tests (~10 min on 2 cores)
+mutants: $(STAMP)
+	$(BIN)/python scripts/mutants.py
 
 clean:
 	rm -rf $(VENV)

@@ -35,15 +35,81 @@ def test_walk_accepts_token_ids_that_look_special():
     assert accept_walk(tokens, parents, torch.tensor([0, 0, 3])) == ([0, 1], 3)
 
 
+# probabilities 0.2, 0.4, 0.1, 0.3 at tokens 0..3: by probability the order is 1, 3, 0, 2 and the cumulative masses
+# are 0.4, 0.7, 0.9, 1.0 -- written out, not computed with caddtree's formula
+PROBS = [0.2, 0.4, 0.1, 0.3]
+LOGITS = torch.tensor([PROBS]).log()
+
+
+def kept(p: torch.Tensor) -> list[int]:
+    return [i for i, x in enumerate(p[0].tolist()) if x > 0]
+
+
+@pytest.mark.parametrize("top_p,expect", [
+    (0.35, [0.0, 1.0, 0.0, 0.0]),               # 0.4 >= 0.35: token 1 alone
+    (0.39, [0.0, 1.0, 0.0, 0.0]),
+    (0.41, [0.0, 4 / 7, 0.0, 3 / 7]),           # 0.4 < 0.41 <= 0.7: tokens 1, 3
+    (0.69, [0.0, 4 / 7, 0.0, 3 / 7]),
+    (0.71, [2 / 9, 4 / 9, 0.0, 3 / 9]),         # 0.7 < 0.71 <= 0.9: tokens 1, 3, 0
+    (0.89, [2 / 9, 4 / 9, 0.0, 3 / 9]),
+    (0.91, [0.2, 0.4, 0.1, 0.3]),               # 0.9 < 0.91: all four
+])
+def test_top_p_keeps_the_smallest_set_whose_mass_reaches_p(top_p, expect):
+    """Top-p convention (caddtree.accept.target_probs): sort by probability, keep the smallest prefix whose mass
+    reaches top_p (>= top_p), i.e. drop a token iff the mass of the tokens before it already reaches top_p; then
+    renormalise. Each boundary (cumulative 0.4, 0.7, 0.9) is probed 0.01 below and above, so top-p keeping one token
+    too many or one too few fails here (e.g. at 0.69 the kept set must be {1, 3}, not {1} or {1, 3, 0})."""
+    p = target_probs(LOGITS, SamplingParams(temperature=1.0, top_p=top_p))
+    assert kept(p) == [i for i, x in enumerate(expect) if x > 0]
+    assert torch.allclose(p[0], torch.tensor(expect), atol=1e-6)
+
+
+def test_top_p_exactly_reached_keeps_no_token_more():
+    """Mass exactly p after the two most probable tokens (dyadic probabilities 1/2, 1/4, 1/8, 1/8, exact in float32):
+    the kept set is those two; a rule that keeps a token while the mass before it is merely <= p keeps a third."""
+    ln2 = torch.log(torch.tensor(2.0))
+    logits = torch.stack([torch.tensor(0.0), -ln2, -2 * ln2, -2 * ln2])[None]
+    assert torch.softmax(logits, -1)[0].tolist() == [0.5, 0.25, 0.125, 0.125]  # the boundary is exact, not rounded
+    got = target_probs(logits, SamplingParams(temperature=1.0, top_p=0.75))[0].tolist()
+    assert got == pytest.approx([2 / 3, 1 / 3, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("top_k,expect", [
+    (1, [0.0, 1.0, 0.0, 0.0]), (2, [0.0, 4 / 7, 0.0, 3 / 7]), (3, [2 / 9, 4 / 9, 0.0, 3 / 9]),
+    (4, PROBS), (9, PROBS),                     # k >= V: nothing dropped
+])
+def test_top_k_keeps_the_k_most_probable_tokens(top_k, expect):
+    p = target_probs(LOGITS, SamplingParams(temperature=1.0, top_k=top_k))
+    assert torch.allclose(p[0], torch.tensor(expect), atol=1e-6)
+
+
+def test_temperature_then_top_k_then_top_p():
+    """The order is temperature, top-k, top-p (HF's warper order), each step checked where another order differs."""
+    # T = 0.5 squares the probabilities: 0.04, 0.16, 0.01, 0.09 (/ 0.30); top-p 0.8 then keeps tokens 1, 3 (mass
+    # 0.25 / 0.30 = 0.833); at T = 1 it would keep 1, 3, 0 (0.7 < 0.8)
+    p = target_probs(LOGITS, SamplingParams(temperature=0.5, top_p=0.8))
+    assert torch.allclose(p[0], torch.tensor([0.0, 16 / 25, 0.0, 9 / 25]), atol=1e-6)
+    p = target_probs(LOGITS, SamplingParams(temperature=0.5))
+    assert torch.allclose(p[0], torch.tensor([4 / 30, 16 / 30, 1 / 30, 9 / 30]), atol=1e-6)
+    # T = 2 takes square roots: top-p 0.65 keeps 1, 3, 0 (mass of 1, 3: (0.632 + 0.548) / 1.943 = 0.607 < 0.65);
+    # at T = 1 it would keep 1, 3 (0.7 >= 0.65)
+    p = target_probs(LOGITS, SamplingParams(temperature=2.0, top_p=0.65))
+    r = torch.tensor([0.2, 0.4, 0.0, 0.3]).sqrt()
+    assert torch.allclose(p[0], r / r.sum(), atol=1e-6)
+    # top-k 3 first renormalises to 2/9, 4/9, 3/9: top-p 0.75 then keeps 1, 3 (7/9 >= 0.75); top-p before top-k
+    # would keep 1, 3, 0 (0.7 < 0.75 of the full distribution)
+    p = target_probs(LOGITS, SamplingParams(temperature=1.0, top_k=3, top_p=0.75))
+    assert torch.allclose(p[0], torch.tensor([0.0, 4 / 7, 0.0, 3 / 7]), atol=1e-6)
+
+
 def test_processed_distribution():
-    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])  # softmax 0.644, 0.237, 0.087, 0.032; cumulative 0.644, 0.881, 0.968
     p = target_probs(logits, SamplingParams(temperature=1.0, top_k=2))
     assert p[0, 2:].sum() == 0 and torch.isclose(p.sum(), torch.tensor(1.0))
     p = target_probs(logits, SamplingParams(temperature=1.0, top_p=0.5))
     assert (p[0] > 0).tolist() == [True, False, False, False]  # top token alone already has mass >= 0.5
     p = target_probs(logits, SamplingParams(temperature=1.0, top_p=0.9))
-    full = torch.softmax(logits, -1)[0]
-    assert (p[0] > 0).sum().item() == int((torch.cumsum(full, 0) - full < 0.9).sum())
+    assert (p[0] > 0).tolist() == [True, True, True, False]  # 0.881 < 0.9 <= 0.968
     g = torch.Generator().manual_seed(0)
     assert target_choices(logits, SamplingParams(), g).item() == 0
 

@@ -273,7 +273,22 @@ def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, monkeypatch)
     ours = [r for r in recs if r["method"] not in bench_methods.PEERS]
     assert len(ours) == 2 * 6 and len(lines) == 2 * 7  # llamacpp (not installed here) is not written
     assert all(r["match_ar"] is True for r in ours), [(r["method"], r.get("first_mismatch")) for r in ours]
-    assert all(r["new_tokens"] >= 1 and r["ms_per_token"] > 0 for r in ours)
+    ar = {r["dataset"]: r for r in ours if r["method"] == "ar"}
+    for r in ours:  # the record's numbers agree with each other: a timing or counting slip in one of them shows here
+        assert r["new_tokens"] == len(r["tokens"]) == 12 and r["stop_reason"] == "length", r["method"]
+        assert r["tokens"] == ar[r["dataset"]]["tokens"]  # T = 0: every speculative method gives plain decoding's
+        assert r["decode_ms"] > 0 and r["verify_ms"] > 0 and r["draft_ms"] >= 0 and r["overhead_ms"] >= 0
+        # decode time is the sum of the rounds' times: draft + build + verify + the rest (compaction, acceptance)
+        assert r["decode_ms"] == pytest.approx(r["draft_ms"] + r["verify_ms"] + r["overhead_ms"], rel=1e-9)
+        assert r["ms_per_token"] == pytest.approx(r["decode_ms"] / r["new_tokens"], rel=1e-9)
+        assert r["tokens_per_s"] == pytest.approx(1000 * r["new_tokens"] / r["decode_ms"], rel=1e-9)
+        assert r["tau"] == pytest.approx(r["new_tokens"] / r["rounds"], rel=1e-12)
+        # each round emits its accepted path plus the bonus token (no EOS here, the drafts' depth fits the room)
+        assert r["new_tokens"] == sum(r["accepted"]) + r["rounds"]
+        assert all(0 <= a <= n <= r["budget"] for a, n in zip(r["accepted"], r["tree_sizes"]))
+        assert r["tree_size_mean"] == pytest.approx(np.mean(r["tree_sizes"]), rel=1e-6)
+    assert all(r["rounds"] == 12 and r["draft_ms"] == 0 and set(r["tree_sizes"]) == {0} for r in ar.values())
+    assert all(sum(r["accepted"]) > 0 for r in ours if r["drafter"] == "OracleDrafter")  # the oracle's drafts land
     spec = [r for r in ours if r["method"] != "ar"]
     assert all(len(r["tree_sizes"]) == r["rounds"] == len(r["predicted_phi"]) == len(r["verify_ms_rounds"])
                for r in spec)
@@ -285,7 +300,9 @@ def test_quick_run_end_to_end_exact_and_resumes(tmp_path, data_dir, monkeypatch)
                          for r in gated)
     assert all(bench_stats.priced_ms_per_token(r, cost) > 0 for r in ours)
     hf = [r for r in recs if r["method"] == "hf"]
-    assert len(hf) == 2 and all(r["match_ar"] is not None for r in hf)
+    assert len(hf) == 2 and all(r["match_ar"] is True for r in hf), [r.get("first_mismatch") for r in hf]
+    assert all(r["tokens"] == ar[r["dataset"]]["tokens"] and r["new_tokens"] == 12 and r["ms_per_token"] > 0
+               and r["tokens_per_s"] == pytest.approx(1000 / r["ms_per_token"]) for r in hf)
     written = [json.loads(x) for x in lines]
     n_written = len(written)
     assert not any("skipped" in r for r in written)  # a missing peer is reported, not recorded as done
@@ -395,9 +412,12 @@ def test_llamacpp_peer_streams_until_eos_with_plain_sampling_settings(monkeypatc
 
     monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(Llama=FakeLlama))
     monkeypatch.setattr(bench_peers, "_LLAMA", {})
+    clock = iter(range(100))  # a fake clock, one second per reading: t0 = 0, then one stamp per streamed token
+    monkeypatch.setattr(bench_peers, "time", types.SimpleNamespace(perf_counter=lambda: float(next(clock))))
     target = types.SimpleNamespace(name="/models/x.gguf", max_context=64, eos_ids={99})
     r = bench_peers.run_llamacpp(target, torch.tensor([1, 2, 3]), 10, SamplingParams(), seed=0, isolate=False)
-    assert r["tokens"] == [11, 12, 13, 99] and r["timed_tokens"] == 3 and r["decode_ms"] >= 0
+    assert r["tokens"] == [11, 12, 13, 99] and r["timed_tokens"] == 3
+    assert (r["prefill_ms"], r["decode_ms"]) == (1000.0, 3000.0)  # token 1 at 1 s; tokens 2..4 at 2, 3, 4 s
     assert calls[-1]["top_k"] == 1 and calls[-1]["min_p"] == 0.0
     r = bench_peers.run_llamacpp(target, torch.tensor([1, 2, 3]), 2, SamplingParams(temperature=1.0), seed=0,
                            isolate=False)

@@ -1,7 +1,10 @@
 """The command line reports bad input as one line naming the problem and the fix, exit code 2."""
 import pytest
+import torch
 
 from caddtree.cli import main
+
+NO_SUCH_GPU = f"cuda:{torch.cuda.device_count() + 1000}"  # an index past every GPU here, on any machine
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -27,7 +30,7 @@ from caddtree.cli import main
     (["train-drafter", "--gamma", "0", "--out", "/tmp/no/such/run"], "--gamma must be > 0, got 0.0"),
     (["generate", "--threads", "-2"], "--threads must be >= 1, got -2"),
     (["generate", "--device", "tpu"], "device 'tpu' is not a torch device"),
-    (["profile", "--device", "cuda:7"], "device 'cuda:7' is not available on this machine or torch build"),
+    (["profile", "--device", NO_SUCH_GPU], f"device '{NO_SUCH_GPU}' is not available on this machine or torch build"),
     (["generate", "--device", "meta"], "device 'meta' is not available"),
     (["profile", "--threads", "0"], "--threads must be >= 1, got 0"),
     (["generate", "--json", "/tmp"], "--json /tmp is a directory: give a file path"),
@@ -39,6 +42,22 @@ def test_bad_input_one_line(argv, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("caddtree: error:") and needle in err[0], err
+
+
+def test_device_index_is_checked_against_the_gpus_present(monkeypatch):
+    """With GPUs (two, faked here so the branch runs on any machine): an index below the count passes, one past it
+    fails in one line, before any model is loaded."""
+    from caddtree.errors import CaddtreeError
+    from caddtree.target import check_device
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    check_device("cuda")
+    check_device("cuda:1")
+    with pytest.raises(CaddtreeError, match="device 'cuda:2' is not available on this machine"):
+        check_device("cuda:2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(CaddtreeError, match="device 'cuda:0' is not available"):
+        check_device("cuda:0")
 
 
 @pytest.mark.parametrize("command", ["bench", "train-drafter"])

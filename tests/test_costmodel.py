@@ -159,6 +159,8 @@ def test_pass_jumps_are_fitted_apart_from_the_convex_part(monkeypatch, solver):
 def test_ctx_rules_and_queries(ref_model):
     m = ref_model
     assert m.verify_ms(5, 320) == pytest.approx(0.5 * (m.verify[0, 5] + m.verify[1, 5]))
+    assert m.verify_ms(5, 224) == pytest.approx(0.75 * m.verify[0, 5] + 0.25 * m.verify[1, 5])  # linear in ℓ
+    assert m.draft_ms(896) == pytest.approx(0.75 * m.draft[1] + 0.25 * m.draft[2])
     assert m.verify_ms(5, 64) == m.verify[0, 5]                                       # below: first ctx
     slope = (m.verify[2, 5] - m.verify[1, 5]) / (2048 - 512)
     assert m.verify_ms(5, 4096) == pytest.approx(m.verify[2, 5] + 2048 * slope, rel=0.05)  # above: extrapolate

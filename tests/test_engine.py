@@ -1,6 +1,5 @@
 """Losslessness of every decoding path on tiny random targets, KV compaction, and the sampling distribution."""
 import collections
-import math
 
 import pytest
 import torch
@@ -12,6 +11,7 @@ from caddtree.verify import commit_path, verify_tree
 from caddtree.errors import CaddtreeError
 from caddtree.tree import build_tree
 from conftest import FeatureLog, OracleDrafter, RandomDrafter, make_tiny_target, prompt, reference_greedy
+from test_sampling import assert_follows_law, law_test, multinomial_histogram, reference_sequence_law
 
 
 def drafters(target, seed):
@@ -124,49 +124,60 @@ def first_tokens_histogram(decoder, p, params, k, samples, seed0):
     return hist
 
 
-def test_sampling_distribution_matches_plain_sampling():
-    """Tree sampling must reproduce the plain-sampling law of the first 3 tokens.
+SAMPLING_SEED, SAMPLING_PROMPT, SAMPLING_N = 5, [2, 3, 4, 5, 2, 3], 600
+SAMPLING = dict(temperature=1.0, top_k=5, top_p=0.95)
 
-    Exact law from the model; both samplers are compared to it with a chi-square test on the outcomes of
-    expected count >= 5 (pooled remainder), at significance 1e-3 each: a wrong acceptance rule (e.g. accepting
-    the drafter's token without a target draw) shifts the law by far more than this tolerance detects.
+
+def sampling_law(target, **change):
+    """Exact law of the first 3 tokens, by fresh forwards processed by hand (test_sampling.reference_probs)."""
+    kw = SAMPLING | change
+    return reference_sequence_law(target.model, SAMPLING_PROMPT, 3, kw.pop("temperature"), kw.pop("top_k"),
+                                  kw.pop("top_p"), **kw)
+
+
+def test_sampling_distribution_matches_plain_sampling():
+    """Tree sampling must reproduce the plain-sampling law of the first 3 tokens (depth-2 accepted paths).
+
+    The exact law comes from the model's forwards processed by hand (not caddtree.accept); plain decoding and
+    DDTree with an oracle drafter are each compared to it with `test_sampling.law_test` (no outcome of
+    probability 0; Pearson chi-square, cells of expected count >= 5, the rest pooled) at α = 1e-3, N = 600.
+    A wrong acceptance rule (e.g. accepting the drafter's token without a target draw) shifts the law by far more
+    than this tolerance; `test_sampling_test_detects_a_biased_sampler` shows the same routine rejecting biased
+    samplers. The other temperatures, top-k/top-p and CaDDTree: tests/test_sampling.py.
     """
-    target = make_tiny_target(5, vocab=6, layers=1, eos=None)
-    params = SamplingParams(temperature=1.0, top_k=5, top_p=0.95)
-    p = torch.tensor([2, 3, 4, 5, 2, 3])
-    from caddtree.accept import target_probs
-    law = {}
-    with torch.no_grad():
-        def walk(seq, prob, depth):
-            if depth == 3:
-                law[tuple(seq[len(p):])] = prob
-                return
-            q = target_probs(target.model(torch.tensor([seq])).logits[0, -1:], params)[0]
-            for t in range(6):
-                if q[t] > 0:
-                    walk(seq + [t], prob * q[t].item(), depth + 1)
-        walk(p.tolist(), 1.0, 0)
-    N = 600
+    target = make_tiny_target(SAMPLING_SEED, vocab=6, layers=1, eos=None)
+    params = SamplingParams(**SAMPLING)
+    p = torch.tensor(SAMPLING_PROMPT)
+    law = sampling_law(target)
     tree = Decoder(target, OracleDrafter(target, 3, seed=1, miss_rate=0.5), method="ddtree", budget=6)
     for name, dec in (("plain", Decoder(target)), ("tree", tree)):
-        hist = first_tokens_histogram(dec, p, params, 3, N, seed0=1000)
-        big = [o for o, pr in law.items() if pr * N >= 5]
-        obs = [hist[o] for o in big] + [N - sum(hist[o] for o in big)]
-        exp = [law[o] * N for o in big] + [N * (1 - sum(law[o] for o in big))]
-        chi2 = sum((o - e) ** 2 / e for o, e in zip(obs, exp) if e > 0)
-        dof = len(obs) - 1
-        # Wilson-Hilferty upper quantile of chi-square at 1e-3 (z = 3.09)
-        crit = dof * (1 - 2 / (9 * dof) + 3.09 * math.sqrt(2 / (9 * dof))) ** 3
-        assert chi2 < crit, f"{name}: chi2={chi2:.1f} > {crit:.1f} (dof {dof})"
-        assert set(hist) <= set(law), f"{name} produced a token sequence of probability 0"
+        hist = first_tokens_histogram(dec, p, params, 3, SAMPLING_N, seed0=1000)
+        assert_follows_law(hist, law, name)
 
 
 def test_sampling_test_detects_a_biased_sampler():
-    """The chi-square check above must be able to fail: greedy output is far from the sampling law."""
-    target = make_tiny_target(5, vocab=6, layers=1, eos=None)
-    p = torch.tensor([2, 3, 4, 5, 2, 3])
-    hist = first_tokens_histogram(Decoder(target), p, SamplingParams(), 3, 20, 0)
-    assert len(hist) == 1  # greedy is deterministic: one outcome, which the law test would reject
+    """The law test above runs `law_test`; here it is run on biased samplers' histograms (N = 600, the law of
+    the test above) and must reject them, while an unbiased sampler passes:
+    - greedy decoding (a real decoder run with SamplingParams(): one outcome, every time) is rejected;
+    - draws from the law at T = 0.6 instead of 1 (same support: the chi-square alone must reject; simulated power
+      1.000) and at top-p 0.9 instead of 0.95 (simulated power 1.000): 50 histograms each, at least 48 rejected;
+    - 50 histograms drawn from the law itself: at most 1 rejected (α = 1e-3: expected 0.05).
+    """
+    target = make_tiny_target(SAMPLING_SEED, vocab=6, layers=1, eos=None)
+    p = torch.tensor(SAMPLING_PROMPT)
+    law = sampling_law(target)
+    greedy = first_tokens_histogram(Decoder(target), p, SamplingParams(), 3, 20, 0)
+    assert len(greedy) == 1  # deterministic: N draws of greedy decoding are N copies of its one outcome
+    greedy = collections.Counter({next(iter(greedy)): SAMPLING_N})
+    assert law_test(greedy, law) is not None
+    gen = torch.Generator().manual_seed(0)
+    rejected = sum(law_test(multinomial_histogram(law, SAMPLING_N, gen), law) is not None for _ in range(50))
+    assert rejected <= 1, rejected
+    for change in (dict(temperature=0.6), dict(top_p=0.9)):
+        biased = sampling_law(target, **change)
+        assert set(biased) <= set(law)  # nothing the law forbids: the chi-square has to see the bias
+        rejected = sum(law_test(multinomial_histogram(biased, SAMPLING_N, gen), law) is not None for _ in range(50))
+        assert rejected >= 48, (change, rejected)
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -23,12 +23,20 @@ def smollm2():
     return load_target()
 
 
-def test_ar_engine_matches_hf_generate(smollm2):
-    ids = smollm2.chat_ids(PROMPTS[0])
-    ours = Decoder(smollm2).generate(ids, 24).tokens
+@pytest.mark.parametrize("prompt, stop", [(PROMPTS[0], "eos"), (PROMPTS[1], "length")])
+def test_ar_engine_matches_hf_generate(smollm2, prompt, stop):
+    """The whole sequence, both stops: ours and HF `generate` both keep the EOS token that ends the answer (prompt 0)
+    and both give exactly max_new_tokens when none comes (prompt 1); batch 1, so HF pads nothing after EOS."""
+    ids = smollm2.chat_ids(prompt)
+    res = Decoder(smollm2).generate(ids, 24)
     with torch.no_grad():
         hf = smollm2.model.generate(ids[None], max_new_tokens=24, do_sample=False)[0, len(ids):].tolist()
-    assert ours == hf[:len(ours)]
+    assert res.stop_reason == stop
+    if stop == "eos":
+        assert res.tokens[-1] in smollm2.eos_ids and not set(res.tokens[:-1]) & smollm2.eos_ids
+    else:
+        assert len(res.tokens) == 24
+    assert len(res.tokens) == len(hf) and res.tokens == hf
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
