@@ -31,11 +31,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import lsq_linear
 
-try:  # the paper's solver; scipy's bounded least squares solves the same problem where cvxpy is missing
-    import cvxpy as cp
-except ImportError:
-    cp = None
-
 from caddtree.errors import CaddtreeError
 
 VERIFY_FITS = ("monotone", "convex")  # shapes of the C_v fit for n >= 1 (measurements' "verify_fit"); first: default
@@ -157,8 +152,7 @@ def _solve_shape(x, y, w, convex: bool, k) -> tuple[np.ndarray, float]:
     """min Σ (w (z + J k - y))² over z of the shape, J >= 0 (J stays 0 where k is all 0) -> (z, J)."""
     with_jump = bool(np.any(k))
     try:
-        if cp is None:
-            raise ImportError("cvxpy is not installed")
+        import cvxpy as cp  # optional: the scipy path below solves the same problem; imported by a fit only
         z, J = cp.Variable(len(x)), cp.Variable(nonneg=True)
         slopes = cp.multiply(cp.diff(z), 1.0 / np.diff(x))
         cons = [cp.diff(z) >= 0] + ([cp.diff(slopes) >= 0] if convex and len(x) > 2 else [])

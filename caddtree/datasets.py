@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from caddtree.errors import CaddtreeError
-from caddtree.files import DATA_ENV as ENV, find_data_dir
+from caddtree.files import DATA_ENV, find_data_dir
 
 MATH_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 DATASETS = ("math500", "gsm8k", "aime25", "humaneval", "mbpp", "livecodebench", "mt_bench", "alpaca")
@@ -101,13 +101,13 @@ def _from_hub(name: str) -> list[dict]:
         import datasets
     except ImportError:
         raise CaddtreeError(f"{name}: no local file and the `datasets` package is not installed: pass --data-dir "
-                            f"or set {ENV}") from None
+                            f"or set {DATA_ENV}") from None
     hid, cfg, split = HF_IDS[name]
     try:
         return list(datasets.load_dataset(hid, cfg, split=split))
     except Exception as e:  # noqa: BLE001  no hub access, renamed dataset ...
         raise CaddtreeError(f"{name}: no local file and the hub dataset {hid} failed to load "
-                            f"({type(e).__name__}): pass --data-dir or set {ENV}") from None
+                            f"({type(e).__name__}): pass --data-dir or set {DATA_ENV}") from None
 
 
 def load_prompts(name: str, n: int | None = None, data_dir=None) -> list[dict]:
@@ -128,7 +128,7 @@ def load_prompts(name: str, n: int | None = None, data_dir=None) -> list[dict]:
         except CaddtreeError:
             if err is not None:
                 raise err from None
-            raise CaddtreeError(f"{name}: {path} is missing: pass --data-dir (or set {ENV}) to a dir laid out as "
+            raise CaddtreeError(f"{name}: {path} is missing: pass --data-dir (or set {DATA_ENV}) to a dir laid out as "
                                 f"shared/data (see its MANIFEST.md)") from None
     try:
         prompts = _format(name, recs)

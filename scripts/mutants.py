@@ -27,11 +27,22 @@ MUTANTS = {m["name"]: (m["file"], m["text"], m["new"])
            for m in json.loads((Path(__file__).with_name("mutants.json")).read_text())}
 
 
-def scratch_copy(name: str, file: str, text: str, new: str) -> Path:
-    """The package and tests copied into a temp dir, with one mutation applied."""
-    tmp = Path(tempfile.mkdtemp(prefix=f"mutant-{name}-"))
+def package_copy(prefix: str) -> Path:
+    """A temp dir holding a copy of the package (the shipped drafters linked, not copied)."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
     shutil.copytree(ROOT / "caddtree", tmp / "caddtree", ignore=shutil.ignore_patterns("drafters", "__pycache__"))
     (tmp / "caddtree" / "drafters").symlink_to(ROOT / "caddtree" / "drafters")
+    return tmp
+
+
+def copy_env(tmp: Path) -> dict:
+    """The environment under which `python` imports the copy in tmp, not the installed package."""
+    return {**os.environ, "PYTHONPATH": str(tmp), "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def scratch_copy(name: str, file: str, text: str, new: str) -> Path:
+    """The package and tests copied into a temp dir, with one mutation applied."""
+    tmp = package_copy(f"mutant-{name}-")
     shutil.copytree(ROOT / "tests", tmp / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp / "pyproject.toml")
     path = tmp / "caddtree" / file
@@ -46,10 +57,9 @@ def run_mutant(name: str) -> tuple[str, bool, float, str]:
     """-> (name, caught, seconds, the first failing test or '')."""
     tmp = scratch_copy(name, *MUTANTS[name])
     tests = [t for t in TESTS if (tmp / t).is_file()]
-    env = {**os.environ, "PYTHONPATH": str(tmp), "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
-                          cwd=tmp, env=env, capture_output=True, text=True)
+                          cwd=tmp, env=copy_env(tmp), capture_output=True, text=True)
     seconds = time.perf_counter() - t0
     failed = next((line.split(" ")[1] for line in proc.stdout.splitlines() if line.startswith("FAILED ")), "")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -57,12 +67,11 @@ def run_mutant(name: str) -> tuple[str, bool, float, str]:
 
 
 def check_the_copy_is_tested() -> None:
-    """The tests must import the mutated copy, not the installed package: an unmutated copy passes, and the copy's
+    """The tests must import the mutated copy, not the installed (editable) package: under `copy_env` the copy's
     caddtree is the one imported."""
-    tmp = Path(tempfile.mkdtemp(prefix="mutant-none-"))
-    shutil.copytree(ROOT / "caddtree", tmp / "caddtree", ignore=shutil.ignore_patterns("drafters", "__pycache__"))
+    tmp = package_copy("mutant-none-")
     out = subprocess.run([sys.executable, "-c", "import caddtree; print(caddtree.__file__)"], cwd=tmp,
-                         env={**os.environ, "PYTHONPATH": str(tmp)}, capture_output=True, text=True).stdout
+                         env=copy_env(tmp), capture_output=True, text=True).stdout
     shutil.rmtree(tmp, ignore_errors=True)
     if not out.startswith(str(tmp)):
         raise SystemExit(f"the scratch copy is not what the tests import ({out.strip()}): check PYTHONPATH handling")

@@ -1,6 +1,7 @@
 """Cost model: the fit convexifies measured profiles, the ctx rules keep shapes, JSON round-trips and bad files fail
 with a CaddtreeError."""
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -51,7 +52,7 @@ def test_reference_profile_is_convexified(ref_model):
 def test_cvxpy_and_scipy_fallback_agree(monkeypatch):
     x, y = REF["ns"], REF["verify_ms"][2]
     a = cmod._shape_fit(x, y, convex=True)
-    monkeypatch.setattr(cmod, "cp", None)  # import fails -> scipy path
+    monkeypatch.setitem(sys.modules, "cvxpy", None)  # import fails -> scipy path
     b = cmod._shape_fit(x, y, convex=True)
     assert np.allclose(a, b, rtol=1e-3)
     # isotonic in relative error: 3 and 1 pool at (3/9 + 1/1) / (1/9 + 1/1) = 1.2
@@ -99,7 +100,7 @@ INTEL_MS = [49.2, 55.1, 59.0, 63.2, 67.0, 70.8, 77.9, 79.3, 82.2, 80.0, 82.2, 86
 @pytest.mark.parametrize("solver", ["cvxpy", "scipy"])
 def test_monotone_fit_keeps_the_small_tree_slope_a_convex_fit_flattens(monkeypatch, solver):
     if solver == "scipy":
-        monkeypatch.setattr(cmod, "cp", None)
+        monkeypatch.setitem(sys.modules, "cvxpy", None)
     meas = {"ns": INTEL_NS, "ctxs": [128], "verify_ms": [INTEL_MS], "draft_ms": 10.0, "row_group": 6}
     mono = fit_cost_model({**meas, "verify_fit": "monotone"})
     conv = fit_cost_model({**meas, "verify_fit": "convex"})
@@ -128,7 +129,7 @@ def _staircase(ns, jump, group=6):
 def test_pass_jumps_are_fitted_apart_from_the_convex_part(monkeypatch, solver):
     from caddtree.profile import size_grid
     if solver == "scipy":
-        monkeypatch.setattr(cmod, "cp", None)
+        monkeypatch.setitem(sys.modules, "cvxpy", None)
     ns = size_grid([0, 1, 2, 4, 8, 16, 32, 64], 6)
     assert ns == [0, 1, 2, 4, 5, 6, 8, 11, 12, 16, 17, 18, 32, 64]
     true = _staircase(ns, 6.0)

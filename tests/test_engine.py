@@ -11,7 +11,7 @@ from caddtree.verify import commit_path, verify_tree
 from caddtree.errors import CaddtreeError
 from caddtree.tree import build_tree
 from conftest import FeatureLog, OracleDrafter, RandomDrafter, make_tiny_target, prompt, reference_greedy
-from test_sampling import assert_follows_law, law_test, multinomial_histogram, reference_sequence_law
+from test_sampling import assert_follows_law, first_tokens, law_test, multinomial_histogram, reference_sequence_law
 
 
 def drafters(target, seed):
@@ -117,13 +117,6 @@ def test_bad_inputs_are_clear():
     assert d.generate(prompt(0).tolist(), 3).tokens == d.generate(prompt(0)[None], 3).tokens == ref
 
 
-def first_tokens_histogram(decoder, p, params, k, samples, seed0):
-    hist = collections.Counter()
-    for s in range(samples):
-        hist[tuple(decoder.generate(p, k, params, seed=seed0 + s).tokens)] += 1
-    return hist
-
-
 SAMPLING_SEED, SAMPLING_PROMPT, SAMPLING_N = 5, [2, 3, 4, 5, 2, 3], 600
 SAMPLING = dict(temperature=1.0, top_k=5, top_p=0.95)
 
@@ -147,11 +140,10 @@ def test_sampling_distribution_matches_plain_sampling():
     """
     target = make_tiny_target(SAMPLING_SEED, vocab=6, layers=1, eos=None)
     params = SamplingParams(**SAMPLING)
-    p = torch.tensor(SAMPLING_PROMPT)
     law = sampling_law(target)
     tree = Decoder(target, OracleDrafter(target, 3, seed=1, miss_rate=0.5), method="ddtree", budget=6)
     for name, dec in (("plain", Decoder(target)), ("tree", tree)):
-        hist = first_tokens_histogram(dec, p, params, 3, SAMPLING_N, seed0=1000)
+        hist, _ = first_tokens(dec, SAMPLING_PROMPT, params, 3, SAMPLING_N, seed0=1000)
         assert_follows_law(hist, law, name)
 
 
@@ -164,9 +156,8 @@ def test_sampling_test_detects_a_biased_sampler():
     - 50 histograms drawn from the law itself: at most 1 rejected (α = 1e-3: expected 0.05).
     """
     target = make_tiny_target(SAMPLING_SEED, vocab=6, layers=1, eos=None)
-    p = torch.tensor(SAMPLING_PROMPT)
     law = sampling_law(target)
-    greedy = first_tokens_histogram(Decoder(target), p, SamplingParams(), 3, 20, 0)
+    greedy, _ = first_tokens(Decoder(target), SAMPLING_PROMPT, SamplingParams(), 3, 20, 0)
     assert len(greedy) == 1  # deterministic: N draws of greedy decoding are N copies of its one outcome
     greedy = collections.Counter({next(iter(greedy)): SAMPLING_N})
     assert law_test(greedy, law) is not None

@@ -11,7 +11,8 @@ PURE_CORE = {"caddtree.tree", "caddtree.vocab", "caddtree.accept", "caddtree.bud
              "caddtree.errors"}
 PURE_EXTERNAL = {"__future__", "bisect", "dataclasses", "heapq", "math", "typing", "numpy", "scipy", "cvxpy",
                  "torch"}  # what the pure core may import from outside the package (maths only)
-OPTIONAL = {"llama_cpp", "matplotlib", "datasets"}  # optional dependencies: imported where they are used
+OPTIONAL = {"llama_cpp", "matplotlib", "datasets", "cvxpy"}  # optional (a fallback or an optional output):
+# imported where they are used, so start-up does not pay for them
 ONLY_CLI_IMPORTS = ("caddtree.bench", "caddtree.train")
 
 

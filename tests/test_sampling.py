@@ -250,11 +250,11 @@ def decoders(target):
                                 cost_model=cost)}
 
 
-def first_two_tokens(decoder, params: SamplingParams, n: int, seed0: int) -> tuple[collections.Counter, int]:
-    """(histogram of the first two tokens over n seeded generations, rounds whose tree had a token accepted)."""
+def first_tokens(decoder, prompt, params: SamplingParams, k: int, n: int, seed0: int) -> tuple[collections.Counter, int]:
+    """(histogram of the first k tokens over n seeded generations, first rounds whose tree had a token accepted)."""
     hist, accepted = collections.Counter(), 0
     for s in range(n):
-        out = decoder.generate(torch.tensor(E2E_PROMPT), 2, params, seed=seed0 + s)
+        out = decoder.generate(torch.tensor(prompt), k, params, seed=seed0 + s)
         hist[tuple(out.tokens)] += 1
         accepted += out.rounds[0].accepted > 0
     return hist, accepted
@@ -283,7 +283,7 @@ def test_first_tokens_of_every_decoder_follow_the_hand_computed_law(config):
     assert abs(sum(law.values()) - 1.0) < 1e-9
     failed = {}
     for name, dec in decoders(target).items():  # every decoder is run, so a failure names all that fail
-        hist, accepted = first_two_tokens(dec, params, E2E_N, seed0=10_000)
+        hist, accepted = first_tokens(dec, E2E_PROMPT, params, 2, E2E_N, seed0=10_000)
         why = law_test(hist, law)
         if why is not None:
             failed[name] = why
@@ -310,7 +310,7 @@ def test_law_test_rejects_biased_samplers_and_accepts_an_unbiased_one():
     for name, alt in (("temperature ignored", ignored_t), ("top-p +1", extra_p)):
         rejected = sum(law_test(multinomial_histogram(alt, E2E_N, gen), law) is not None for _ in range(200))
         assert rejected >= 190, (name, rejected)
-    biased, _ = first_two_tokens(Decoder(target), SamplingParams(temperature=1.0, top_k=top_k, top_p=top_p),
-                                 E2E_N, seed0=10_000)
+    at_t1 = SamplingParams(temperature=1.0, top_k=top_k, top_p=top_p)
+    biased, _ = first_tokens(Decoder(target), E2E_PROMPT, at_t1, 2, E2E_N, seed0=10_000)
     why = law_test(biased, law)
     assert why is not None and why.startswith("chi2"), why

@@ -2,7 +2,6 @@
 """
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import platform
@@ -15,7 +14,7 @@ import transformers
 from caddtree.accept import SamplingParams
 from caddtree.bench.methods import PERTURB, parse_methods
 from caddtree.bench.plots import write_plots
-from caddtree.bench.records import config_key, load_records, record_files
+from caddtree.bench.records import config_key, load_records, record_files, utc_timestamp
 from caddtree.bench.report import write_summary
 from caddtree.bench.runner import run_bench
 from caddtree.bench.stats import priced_ms_per_token, summarize
@@ -172,7 +171,7 @@ def summary_header(target, records: list[dict], run: dict, args) -> str:
 
 def append_run_json(out: Path, args, run: dict, records: list[dict], target, cms: dict, start: str) -> None:
     """run.json: one entry per invocation (argv, times, machine, settings, the cost model's provenance)."""
-    end = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    end = utc_timestamp()
     entry = {"argv": sys.argv, "start": start, "end": end, "machine": machine_info(), "target": target.name,
              "drafters": sorted({r["drafter"] for r in records if r.get("drafter")}), "methods": run["methods"],
              "datasets": run["names"], "num_prompts": run["num"], "first_prompt": run["first"],
@@ -185,7 +184,7 @@ def append_run_json(out: Path, args, run: dict, records: list[dict], target, cms
 
 def cmd_bench(args) -> None:
     run = check_bench_args(args)  # fail fast, before loading models
-    start = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    start = utc_timestamp()
     setup_torch(args)
     target = load_target(args.target, device=args.device)
     out = Path(args.out)

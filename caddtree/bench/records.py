@@ -3,9 +3,15 @@
 """
 from __future__ import annotations
 
+import datetime
 import gzip
 import json
 from pathlib import Path
+
+
+def utc_timestamp() -> str:
+    """Now, UTC, to the second: when a record or a run was made."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def config_key(target_name: str, max_new_tokens: int, sampling, turns: int, seed: int) -> str:

@@ -3,7 +3,6 @@ appended per finished run (so an interrupted run loses no finished work and resu
 """
 from __future__ import annotations
 
-import datetime
 import json
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ from tqdm import tqdm
 
 from caddtree.bench.methods import PEERS, bench_decoder
 from caddtree.bench.peers import PeerCrashed, run_hf, run_llamacpp
-from caddtree.bench.records import config_key, load_records, record_key
+from caddtree.bench.records import config_key, load_records, record_key, utc_timestamp
 from caddtree.engine import Decoder
 from caddtree.errors import CaddtreeError
 
@@ -104,10 +103,6 @@ def merge_repeat(old: dict, run: dict) -> dict:
     return rec
 
 
-def _now_iso() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
 def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[str], out_dir, max_new_tokens: int,
               sampling, seed: int = 0, turns: int = 1, encode=None, progress: bool = True,
               part: tuple[int, int] = (1, 1), repeats: int = 1) -> list[dict]:
@@ -167,7 +162,7 @@ def _run_prompt(key, prompt_len, methods, j, repeats, done, refs, greedy, run, b
             continue
         bar.set_postfix_str(f"{ds} #{pid} {m}" + (f" ({r + 1}/{repeats})" if repeats > 1 else ""))
         rec = {"dataset": ds, "method": m, "prompt_id": pid, "config": config, "prompt_len": prompt_len,
-               "time": _now_iso(), **run(m)}
+               "time": utc_timestamp(), **run(m)}
         if m == "ar" and "tokens" in rec and (ds, pid) not in refs:
             refs[(ds, pid)] = rec["tokens"]
         if "tokens" in rec:
