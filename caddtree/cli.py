@@ -70,7 +70,7 @@ def compare_with_plain(target, ids, args, sampling, res: GenerationResult, repor
 
 def cmd_generate(args) -> None:
     sampling = check_generate_args(args)
-    target = load_target(args.target, device=args.device)
+    target = load_target(args.target, device=args.device, weights=args.weights)
     drafter = load_drafter_spec(args.drafter, target) if args.method != "ar" else None
     decoder = make_decoder(args, target, drafter)
     ids = target.chat_ids(args.prompt if args.prompt is not None else EXAMPLE_PROMPT, template=not args.raw)
@@ -91,7 +91,7 @@ def cmd_generate(args) -> None:
 def cmd_profile(args) -> None:
     check_out_path(args.out, "--out", directory=False)
     setup_torch(args)
-    target = load_target(args.target, device=args.device)
+    target = load_target(args.target, device=args.device, weights=args.weights)
     drafter = load_drafter_spec(args.drafter, target)
     model = ensure_cost_model(target, drafter, path=args.out, preset=args.preset, force=True)
     for ctx in model.ctxs:

@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 from caddtree.drafter import Drafter, OnlineCalibration, calibration_keep, shrink_to_uniform
 from caddtree.errors import CaddtreeError
 from caddtree.files import atomic_write
-from caddtree.kernels import PackedLinear, pack_linears
+from caddtree.kernels import PackedLinear, pack_linears, q8_0, quantize_linears
 
 NEG = -1e9  # additive mask value (finite: a fully masked row cannot occur, but -inf would turn it into NaN)
 
@@ -272,14 +272,18 @@ class DFlashDrafter(Drafter):
     """Inference wrapper: keeps the projected context K/V of every draft layer; each round only the new tokens'
     features are fused and projected."""
 
-    def __init__(self, model: DFlashModel, pack: bool = False, calibrate: bool = True):
+    def __init__(self, model: DFlashModel, pack: bool = False, calibrate: bool = True, quantize: bool = False):
         """pack: pre-pack the linears and the LM head for CPU (caddtree.kernels); the model is inference-only then.
+        quantize: instead, run them on 8-bit blocks (`kernels.q8_0`: a quarter of the bytes, not exact — a drafter
+        need not be); what a target with native GGUF weights gets, whose steps are too short for an fp32 drafter.
         calibrate: shrink overconfident positions toward their observed hit rate (drafter.OnlineCalibration); the
         argmax per position, hence a linear block, is unchanged."""
         self.model = model.eval()
         self.calibration = OnlineCalibration(model.c.block_size - 1) if calibrate else None
         self.head = None  # packed LM head, or None: model.logits
-        if pack and pack_linears(model) > 0:
+        if quantize and quantize_linears(model) > 0:
+            self.head = q8_0(model._shared["head"])
+        elif pack and pack_linears(model) > 0:
             self.head = PackedLinear(model._shared["head"])
         self.c = model.c
         self.target_layers = list(self.c.target_layers)
@@ -362,7 +366,8 @@ def check_target(c: DFlashConfig, target, where: str = "drafter") -> None:
 
 def load_drafter(path, target, device=None) -> DFlashDrafter:
     model = load_model(path, target, device)
-    return DFlashDrafter(model, pack=target.packed)  # pack_linears leaves non-CPU weights alone
+    # pack_linears and quantize_linears leave non-CPU weights alone
+    return DFlashDrafter(model, pack=target.packed, quantize=getattr(target, "weights", "fp32") == "native")
 
 
 def load_model(path, target, device=None) -> DFlashModel:

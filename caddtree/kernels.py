@@ -25,8 +25,10 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from gguf import GGMLQuantizationType, quants
 from torch import nn
 from torch.utils.cpp_extension import load
 
@@ -35,24 +37,30 @@ from caddtree.files import cache_dir, cpu_tag
 
 # in cost-profile keys (`kernel_version()`): bump when the CPU kernels change (linears here, attention and KV cache in
 # caddtree.target, the DFlash drafter's output head), so no stale profile is reused
-VERSIONS = {"panel": "panel2", "amx": "amx1"}  # panel2: the panel width follows the vector registers (was 64 always)
+VERSIONS = {"panel": "panel3", "amx": "amx2", "quant": "quant1"}  # panel3/amx2: multithreaded (OpenMP), was serial
 ROW_GROUP = {"panel": 6, "amx": 16}  # rows per pass: panel_linear.cpp's G_MAX, the rows of one AMX tile
 MAX_ROWS = 96  # above this PyTorch's GEMM wins (prefill); measured with `python scripts/compare_kernels.py`
 
-_SOURCE = Path(__file__).with_name("panel_linear.cpp")
+_SOURCES = [Path(__file__).with_name(f) for f in ("panel_linear.cpp", "quant_linear.cpp", "attention.cpp")]
+# OpenMP: at::parallel_for in the kernels is an `omp parallel` region only when compiled with -fopenmp (else every call
+# runs on one thread). Linked by soname (libgomp.so.1), it binds to the runtime torch has already loaded, so
+# torch.set_num_threads governs it and no second thread pool spins beside torch's.
+_OPENMP = ["-fopenmp"] if sys.platform.startswith("linux") else []
 
 
 @functools.cache
 def _library():
     """The compiled kernel module, or None (warned once) where it cannot be built."""
-    key = hashlib.sha256(_SOURCE.read_bytes() + cpu_tag().encode() + torch.__version__.encode()).hexdigest()[:12]
+    source = b"".join(p.read_bytes() for p in _SOURCES) + " ".join(_OPENMP).encode()
+    key = hashlib.sha256(source + cpu_tag().encode() + torch.__version__.encode()).hexdigest()[:12]
     build = cache_dir() / "kernels" / key
     try:  # no compiler, no ninja, unsupported platform, unwritable cache: keep PyTorch's linears
         build.mkdir(parents=True, exist_ok=True)
         if not any(build.glob("*.so")):
             print(f"caddtree: compiling the CPU linear kernel into {build} (once per machine, ~30 s)", file=sys.stderr)
-        return load(name=f"caddtree_panel_linear_{key}", sources=[str(_SOURCE)], build_directory=str(build),
-                    extra_cflags=["-O3", "-march=native"], verbose=False)
+        return load(name=f"caddtree_cpu_kernels_{key}", sources=[str(p) for p in _SOURCES],
+                    build_directory=str(build), extra_cflags=["-O3", "-march=native", *_OPENMP],
+                    extra_ldflags=_OPENMP, verbose=False)
     except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         warnings.warn(f"caddtree: CPU linear kernel not built ({first}); decoding uses PyTorch's linears (same "
@@ -147,3 +155,125 @@ def pack_linears(module: nn.Module, kind: str | None = None) -> int:
                 setattr(parent, name, PackedLinear(child.weight, child.bias, kind))
                 count += 1
     return count
+
+
+class FusedLinear(nn.Module):
+    """Linears that read the same input, run as one: y = cat([m(x) for m in parts], -1) [..., ΣN]. The generic form
+    (one call per part); `fuse_linears` returns a single kernel call where the parts' kind allows it."""
+
+    def __init__(self, parts: list[nn.Module]):
+        super().__init__()
+        self.parts = nn.ModuleList(parts)
+        self.out_features = sum(p.out_features for p in parts)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([p(x) for p in self.parts], dim=-1)
+
+
+def fuse_linears(parts: list[nn.Module]) -> nn.Module:
+    """One module computing cat([p(x) for p in parts], -1) (e.g. q/k/v, or gate/up): a single kernel call where every
+    part is a linear of the same kind (their weight rows concatenated, a copy), else `FusedLinear`. Each output column
+    is computed as in its own part, so results are unchanged bit for bit."""
+    fuse = getattr(type(parts[0]), "cat_rows", None)  # e.g. caddtree.quant.QuantLinear.cat_rows
+    if fuse is not None and all(type(p) is type(parts[0]) for p in parts):
+        fused = fuse(parts)
+        if fused is not None:
+            return fused
+    kinds = {p.kind if type(p) is PackedLinear else None for p in parts}
+    if all(type(p) is PackedLinear for p in parts) and len(kinds) == 1:
+        biases = [p.bias for p in parts]
+        bias = None if all(b is None for b in biases) else torch.cat(
+            [b if b is not None else p.weight.new_zeros(p.out_features) for b, p in zip(biases, parts)])
+        return PackedLinear(torch.cat([p.weight.detach() for p in parts]), bias, kinds.pop())
+    return FusedLinear(parts)
+
+
+# ------------------------------------------------------------------------------------------- GGUF blocks as stored
+GGML_TYPES = {"F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8}  # what quant_linear.cpp reads: ggml type name -> id
+BLOCK_BYTES = {1: 64, 2: 18, 3: 20, 8: 34}  # bytes per 32 weights
+
+
+def quant_row_group() -> int:
+    """Input rows the GGUF-block kernel multiplies per pass over a dequantized strip (6 with AVX-512, 5 with AVX2)."""
+    return _library().quant_row_group()
+
+
+class QuantLinear(nn.Module):
+    """Drop-in for an inference-only linear whose weight W [N, K] is a GGUF tensor: `blocks` [N, K/32 · bytes per
+    block] uint8 are its rows as the file stores them (quant_linear.cpp dequantizes them on the fly, exactly, and sums
+    in fp32). `weight`, the same values in fp32 (the dequantized model's Parameter, or None), serves calls the kernel
+    does not take: more than MAX_ROWS rows (prefill), grad mode, non-CPU or non-fp32 inputs."""
+
+    def __init__(self, blocks: torch.Tensor, ggml_type: int, in_features: int, bias: torch.Tensor | None = None,
+                 weight: torch.Tensor | None = None):
+        super().__init__()
+        if ggml_type not in BLOCK_BYTES or in_features % 32 or blocks.shape[1] != in_features // 32 * BLOCK_BYTES[
+                ggml_type] or blocks.dtype != torch.uint8:
+            raise ValueError(f"blocks {tuple(blocks.shape)} {blocks.dtype} are not ggml type {ggml_type} rows of "
+                             f"{in_features} weights")
+        self.blocks, self.ggml_type, self.bias, self.weight = blocks.contiguous(), ggml_type, bias, weight
+        self.out_features, self.in_features = blocks.shape[0], in_features
+
+    @classmethod
+    def cat_rows(cls, parts: list["QuantLinear"]) -> "QuantLinear | None":
+        """The parts as one linear (rows concatenated), or None where their block types or widths differ."""
+        if len({(p.ggml_type, p.in_features) for p in parts}) != 1:
+            return None
+        cat = (lambda ts, n: None if all(t is None for t in ts) else torch.cat(
+            [t.detach() if t is not None else torch.zeros(n(p)) for t, p in zip(ts, parts)]))
+        bias = cat([p.bias for p in parts], lambda p: p.out_features)
+        weight = None if any(p.weight is None for p in parts) else torch.cat([p.weight.detach() for p in parts])
+        return cls(torch.cat([p.blocks for p in parts]), parts[0].ggml_type, parts[0].in_features, bias, weight)
+
+    def dequantized(self) -> torch.Tensor:
+        """W [N, K] fp32 exactly as the kernel reads it."""
+        return _library().quant_dequantize(self.blocks, self.ggml_type, self.in_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1]
+        if (not 0 < rows <= MAX_ROWS or x.device.type != "cpu" or x.dtype != torch.float32
+                or torch.is_grad_enabled()):
+            weight = self.weight if self.weight is not None else self.dequantized().to(x.device)
+            return F.linear(x, weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
+        y = _library().quant_linear(x.reshape(rows, self.in_features).contiguous(), self.blocks, self.ggml_type)
+        if self.bias is not None:
+            y += self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def q8_0(weight: torch.Tensor) -> QuantLinear:
+    """A linear over W [N, K] rounded to ggml's Q8_0 blocks (8-bit, one fp16 scale per 32 weights): a quarter of
+    fp32's bytes. Not exact, so only for what need not be (the drafter); its `weight` is the rounded W."""
+    w = weight.detach().float().cpu().numpy()
+    blocks = np.ascontiguousarray(quants.quantize(w, GGMLQuantizationType.Q8_0)).view(np.uint8).reshape(w.shape[0], -1)
+    rounded = torch.from_numpy(quants.dequantize(blocks, GGMLQuantizationType.Q8_0).reshape(w.shape).copy())
+    return QuantLinear(torch.from_numpy(blocks.copy()), GGML_TYPES["Q8_0"], w.shape[1], weight=rounded)
+
+
+def quantize_linears(module: nn.Module) -> int:
+    """Replace every fp32 CPU `nn.Linear` inside `module` whose input width is a multiple of 32 by its `q8_0`
+    version (bias kept); returns how many were replaced."""
+    if not packing_available():
+        return 0
+    count = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if (type(child) is nn.Linear and child.weight.device.type == "cpu" and child.in_features % 32 == 0
+                    and child.weight.dtype == torch.float32):
+                quant = q8_0(child.weight)
+                quant.bias = child.bias
+                setattr(parent, name, quant)
+                count += 1
+    return count
+
+
+def row_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor | None,
+                  scale: float) -> torch.Tensor:
+    """Grouped-query attention, each query row alone over its allowed key columns in cache order (attention.cpp):
+    a row's result does not depend on the other rows or on masked columns, so a tree node's output equals the plain
+    step's that attends the same keys, bit for bit. q [n, h, d]; keys, values [g, L, d] with contiguous rows (cache
+    views are fine); allowed [n, L] bool, or None: causal after the cache (row i sees columns 0 .. L - n + i).
+    Returns [n, h, d] fp32."""
+    empty = torch.empty(0, dtype=torch.bool)
+    return _library().row_attention(q.contiguous(), keys, values, empty if allowed is None else allowed.contiguous(),
+                                    scale)

@@ -32,6 +32,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "see docs/results.md), 'lookup' (prompt lookup), "
                         "'dflash' (the shipped DFlash drafter for the target), a DFlash drafter directory, "
                         "or either + '+lookup' (prompt lookup mixed into its marginals, e.g. dflash+lookup)")
+    p.add_argument("--weights", default="auto", choices=["auto", "native", "fp32"],
+                   help="native: a GGUF target's linears read the file's 4/8-bit blocks as stored (exact, fewer bytes "
+                        "per step); fp32: its dequantised fp32 weights (default auto: native for a GGUF target on "
+                        "CPU)")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
 

@@ -40,7 +40,7 @@ from caddtree.costmodel import VERIFY_FITS, CostModel, fit_cost_model
 from caddtree.drafter import drafter_id
 from caddtree.errors import CaddtreeError
 from caddtree.files import atomic_write_text, cpu_name
-from caddtree.kernels import kernel_version, row_group
+from caddtree.kernels import VERSIONS, kernel_version, quant_row_group, row_group
 from caddtree.target import crop_cache, prefill
 from caddtree.tree import Tree, build_tree
 from caddtree.verify import commit_path, now, verify_tree
@@ -65,6 +65,8 @@ def draft_calls(repeats: int) -> int:
 
 def verify_row_group(target) -> int:
     """Rows per pass of the kernel the target's linears run (1: PyTorch's, on CPU or GPU)."""
+    if getattr(target, "weights", "fp32") == "native":
+        return quant_row_group()
     return row_group() if getattr(target, "packed", False) else 1
 
 
@@ -77,12 +79,16 @@ def size_grid(ns, group: int, boundaries: int = 3) -> list[int]:
 
 
 def device_label(target) -> str:
-    """Profiles depend on the device and, on CPU, the thread count and the linear kernels."""
+    """Profiles depend on the device and, on CPU, the thread count, the linear kernels, the weights (native GGUF
+    blocks or fp32) and the forward (lean or HF's)."""
     dev = target.device
+    forward = "-lean" if getattr(target, "lean", None) is not None else ""
     if dev.type == "cuda":
-        return f"cuda-{torch.cuda.get_device_name(dev).replace(' ', '_')}"
+        return f"cuda-{torch.cuda.get_device_name(dev).replace(' ', '_')}{forward}"
     kernel = f"-{kernel_version()}" if getattr(target, "packed", False) else ""
-    return f"{dev.type}-t{torch.get_num_threads()}{kernel}"
+    if getattr(target, "weights", "fp32") == "native":
+        kernel = f"-{VERSIONS['quant']}"
+    return f"{dev.type}-t{torch.get_num_threads()}{kernel}{forward}"
 
 
 def provenance(target, drafter, preset: str | None = None) -> dict:

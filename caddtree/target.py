@@ -20,7 +20,9 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 from caddtree.errors import CaddtreeError
 from caddtree.files import cache_dir, publish_dir_once
+from caddtree.gguf_weights import use_gguf_blocks
 from caddtree.kernels import pack_linears
+from caddtree.lean import LeanForward, lean_unsupported
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
 BUILTIN_GGUF = {  # name -> (python package that ships the file, file name inside it)
@@ -37,6 +39,8 @@ class Target:
     fingerprint: str = ""  # identifies the weights (drafters and cost profiles are tied to it)
     hidden_layers: list[int] = field(default_factory=list)  # layer ids whose outputs `forward` returns
     packed: bool = False  # CPU linears run by caddtree.kernels (panel or AMX kernel)
+    weights: str = "fp32"  # "native": the linears read the GGUF file's blocks (caddtree.gguf_weights)
+    lean: object = None  # caddtree.lean.LeanForward over `model`, or None: the HF forward
 
     def __post_init__(self):
         use_grouped_attention(self.model)
@@ -85,6 +89,8 @@ class Target:
         attn_mask [n, ctx + n] float additive (0 = attend, -inf = blocked) or None for causal.
         Returns logits [n, V] float32 and features [n, len(hidden_layers) * H] (None if no layers asked).
         """
+        if self.lean is not None:
+            return self.lean(input_ids, cache, position_ids, attn_mask, self.hidden_layers)
         ctx = cache.get_seq_length()
         n = input_ids.shape[0]
         if position_ids is None:
@@ -280,27 +286,61 @@ def check_device(device: str) -> None:
                             f"or leave --device out")
 
 
+WEIGHTS = ("auto", "native", "fp32")
+
+
 def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, device: str | None = None,
-                pack: bool | None = None) -> Target:
+                pack: bool | None = None, weights: str = "auto", lean: bool | None = None) -> Target:
     """Load a target by built-in name, local HF directory, local .gguf file or hub id.
 
-    pack: run the linears with caddtree.kernels' CPU kernel (weights re-laid for it, one extra copy);
-    default: on for fp32 on CPU.
+    weights: 'native' runs a GGUF file's linears on its own blocks (caddtree.gguf_weights; CPU, fp32 activations),
+    'fp32' on the dequantised fp32 weights; 'auto': native for a GGUF target on CPU, else fp32.
+    pack: run the remaining fp32 linears with caddtree.kernels' CPU kernel (one extra copy); default: on for fp32 on
+    CPU. lean: run `caddtree.lean.LeanForward` instead of the HF forward (default: on CPU where it supports the model).
     """
+    if weights not in WEIGHTS:
+        raise CaddtreeError(f"--weights {weights!r}: use native, fp32 or auto")
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     check_device(device)
     spec = str(spec)
+    gguf = _gguf_path(spec)
+    on_cpu = torch.device(device).type == "cpu"
+    if weights == "native" and (gguf is None or not on_cpu or dtype != torch.float32):
+        raise CaddtreeError("--weights native needs a GGUF target (a .gguf file or a built-in name) on CPU in "
+                            "float32: use --weights fp32 here")
+    model, tok, digest = _load_model(spec, gguf, dtype)
+    model.to(device).eval()
+    native = gguf is not None and on_cpu and dtype == torch.float32 and weights != "fp32"
+    if native:
+        use_gguf_blocks(model, gguf)
+    if pack is None:
+        pack = on_cpu and dtype == torch.float32
+    packed = (pack and pack_linears(model) > 0) or native
+    if lean is None:
+        lean = on_cpu and lean_unsupported(model) is None
+    return Target(model=model, tokenizer=tok, name=spec, fingerprint=f"{model.config.model_type}-{digest}",
+                  packed=packed, weights="native" if native else "fp32", lean=LeanForward(model) if lean else None)
+
+
+def _gguf_path(spec: str) -> Path | None:
+    """The GGUF file a target spec names (built-in name or .gguf path), else None."""
+    if spec in BUILTIN_GGUF:
+        return builtin_gguf(spec)
+    path = Path(spec).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise CaddtreeError(f"GGUF file not found: {path}")
+        return path
+    return None
+
+
+def _load_model(spec: str, gguf: Path | None, dtype: torch.dtype):
+    """(HF model, tokenizer, weights digest) for a target spec."""
     path = Path(spec).expanduser()
     try:
-        if spec in BUILTIN_GGUF:
-            gguf = builtin_gguf(spec)
+        if gguf is not None:
             model, digest = _load_gguf(gguf, dtype)
-            tok = AutoTokenizer.from_pretrained(model.name_or_path)
-        elif path.suffix == ".gguf":
-            if not path.is_file():
-                raise CaddtreeError(f"GGUF file not found: {path}")
-            model, digest = _load_gguf(path, dtype)
             tok = AutoTokenizer.from_pretrained(model.name_or_path)
         elif path.is_dir():
             if not (path / "config.json").is_file():
@@ -318,9 +358,4 @@ def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, 
     except OSError as e:
         raise CaddtreeError(f"cannot load target '{spec}': {str(e).splitlines()[0]} (unknown name, missing path, "
                             f"or no hub access; built-in: '{DEFAULT_TARGET}')") from None
-    model.to(device).eval()
-    if pack is None:
-        pack = torch.device(device).type == "cpu" and dtype == torch.float32
-    packed = pack and pack_linears(model) > 0
-    return Target(model=model, tokenizer=tok, name=spec, fingerprint=f"{model.config.model_type}-{digest}",
-                  packed=packed)
+    return model, tok, digest

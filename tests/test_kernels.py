@@ -140,10 +140,10 @@ def test_kernel_choice_from_the_environment(monkeypatch):
     kernels._kind.cache_clear()
     try:
         monkeypatch.delenv("CADDTREE_CPU_KERNEL", raising=False)
-        assert kernels._kind() == "panel" and kernel_version() == "panel2"  # AMX is opt-in
+        assert kernels._kind() == "panel" and kernel_version() == "panel3"  # AMX is opt-in
         kernels._kind.cache_clear()
         monkeypatch.setenv("CADDTREE_CPU_KERNEL", "amx" if HAS_AMX else "panel")
-        assert kernel_version() == ("amx1" if HAS_AMX else "panel2")
+        assert kernel_version() == ("amx2" if HAS_AMX else "panel3")
         kernels._kind.cache_clear()
         monkeypatch.setenv("CADDTREE_CPU_KERNEL", "fast")
         with pytest.raises(CaddtreeError, match="use panel \\(default\\) or amx"):
@@ -191,7 +191,7 @@ def test_unbuildable_kernel_falls_back_with_a_warning(tmp_path, monkeypatch):
     broken = tmp_path / "panel_linear.cpp"
     broken.write_text("#error no compiler for this test\n")
     monkeypatch.setenv("CADDTREE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(kernels, "_SOURCE", broken)
+    monkeypatch.setattr(kernels, "_SOURCES", [broken])
     kernels._library.cache_clear()
     try:
         with pytest.warns(UserWarning, match="CPU linear kernel not built"):
@@ -200,3 +200,31 @@ def test_unbuildable_kernel_falls_back_with_a_warning(tmp_path, monkeypatch):
         assert pack_linears(model) == 0 and type(model.lm_head) is nn.Linear  # PyTorch's linears stay
     finally:
         kernels._library.cache_clear()
+
+
+@needs_kernel
+def test_row_attention_matches_softmax_attention_and_each_row_is_its_own():
+    """Each query row attends its allowed columns alone: the same result as a softmax over exactly those columns
+    (GQA: query head i reads KV head i // r), and bit-identical to the same row run alone against just those keys and
+    values in cache order — a tree node equals the plain step that would decode it. Masked columns change nothing."""
+    torch.manual_seed(0)
+    g, h, d, L, n = 2, 6, 32, 70, 6
+    buf_k, buf_v = torch.randn(g, 128, d), torch.randn(g, 128, d)  # a cache buffer with spare room, as GrowingLayer
+    k, v = buf_k[:, :L], buf_v[:, :L]
+    q = torch.randn(n, h, d)
+    allowed = torch.zeros(n, L, dtype=torch.bool)
+    allowed[:, :L - n] = True
+    for i, ancestors in enumerate([[], [0], [0, 1], [0, 2], [0, 1, 2, 4], [0, 1, 2, 4, 5]]):  # a tree: gaps
+        allowed[i, [L - n + a for a in ancestors] + [L - n + i]] = True
+    got = kernels.row_attention(q, k, v, allowed, 0.125)
+    for i in range(n):
+        cols = allowed[i].nonzero()[:, 0]
+        kc, vc = k[:, cols].repeat_interleave(h // g, 0), v[:, cols].repeat_interleave(h // g, 0)  # [h, C, d]
+        want = torch.softmax((kc @ q[i][:, :, None])[..., 0] * 0.125, -1)[:, None] @ vc  # [h, 1, d]
+        torch.testing.assert_close(got[i], want[:, 0], rtol=1e-5, atol=1e-6)
+        alone = kernels.row_attention(q[i:i + 1], k[:, cols].contiguous(), v[:, cols].contiguous(), None, 0.125)
+        assert torch.equal(alone[0], got[i]), i
+    causal = kernels.row_attention(q, k, v, None, 0.125)  # no mask: row i sees columns 0 .. L - n + i
+    for i in range(n):
+        assert torch.equal(causal[i], kernels.row_attention(q[i:i + 1], k[:, :L - n + i + 1], v[:, :L - n + i + 1],
+                                                            None, 0.125)[0])

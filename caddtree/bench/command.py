@@ -186,7 +186,7 @@ def cmd_bench(args) -> None:
     run = check_bench_args(args)  # fail fast, before loading models
     start = utc_timestamp()
     setup_torch(args)
-    target = load_target(args.target, device=args.device)
+    target = load_target(args.target, device=args.device, weights=args.weights)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cms = {}  # drafter class name -> the cost model the run used

@@ -3,11 +3,14 @@ peers) and how each becomes a `Decoder`.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from caddtree.costmodel import CostModel, check_cost_model, fit_cost_model
 from caddtree.engine import Decoder
 from caddtree.errors import CaddtreeError
+from caddtree.target import load_target
 
 
 PERTURB = {"cd0.5": (0.5, 1.0), "cd2": (2.0, 1.0), "cv0.5": (1.0, 0.5), "cv2": (1.0, 2.0)}  # (C_d, C_v slope) scale
@@ -22,6 +25,18 @@ REFITS = {"convex": {"row_group": 1, "verify_fit": "convex"}, "passes": {"verify
 
 
 PEERS = ("hf", "hf-lookup", "llamacpp")
+
+
+PLAIN_VARIANTS = ("ar-fp32",)  # plain decoding of the same target on its dequantised fp32 weights (GGUF targets)
+
+
+@functools.cache
+def variant_target(name: str, weights: str, unmodified: bool = False):
+    """The target `name` loaded again with other weights; unmodified: the transformers model as loaded (PyTorch's
+    linears, HF's forward), what the HF peers run."""
+    if unmodified:
+        return load_target(name, device="cpu", weights="fp32", pack=False, lean=False)
+    return load_target(name, device="cpu", weights=weights)
 
 
 DRAFTER_PREFIX = {"lookup": "lookup", "dflash": "dflash", "mix": "dflash+lookup"}  # method prefix -> --drafter spec
@@ -52,12 +67,13 @@ def parse_methods(spec: str) -> list[str]:
         else:
             last = None
             base, _, pert = name.partition("@")
-            if arg or base not in ("ar", *COST_METHODS, *PEERS) or (pert and (
+            if arg or base not in ("ar", *PLAIN_VARIANTS, *COST_METHODS, *PEERS) or (pert and (
                     base not in COST_METHODS or pert not in (*PERTURB, *VARIANTS, *REFITS))):
                 variants = ",".join((*PERTURB, *VARIANTS, *REFITS))
                 raise CaddtreeError(f"--methods: unknown method '{tok}' (ar, ddtree:B, caddtree, "
                                     f"caddtree@{{{variants}}}, the same with a drafter prefix "
-                                    f"{'-, '.join(DRAFTER_PREFIX)}- (e.g. lookup-caddtree), hf, hf-lookup, llamacpp)")
+                                    f"{'-, '.join(DRAFTER_PREFIX)}- (e.g. lookup-caddtree), ar-fp32, hf, hf-lookup, "
+                                    f"llamacpp)")
         if tok not in out:
             out.append(tok)
     if not out:
@@ -89,6 +105,8 @@ def bench_decoder(method: str, target, drafter_for, cost_model_for):
     """-> (Decoder, drafter description) for one of our engine's methods."""
     if method == "ar":
         return Decoder(target), None
+    if method == "ar-fp32":
+        return Decoder(variant_target(target.name, "fp32") if target.weights == "native" else target), None
     name, _, arg = method.partition(":")
     base, _, pert = name.partition("@")
     prefix, _, _ = base.rpartition("-")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from caddtree.bench.methods import PEERS, bench_decoder
+from caddtree.bench.methods import PEERS, bench_decoder, variant_target
 from caddtree.bench.peers import PeerCrashed, run_hf, run_llamacpp
 from caddtree.bench.records import config_key, load_records, record_key, utc_timestamp
 from caddtree.engine import Decoder
@@ -186,8 +186,9 @@ def _run_prompt(key, prompt_len, methods, j, repeats, done, refs, greedy, run, b
 
 def _run_one(m, target, ids, max_new_tokens, sampling, seed, decoder) -> dict:
     if m in ("hf", "hf-lookup", "llamacpp"):
-        r = (run_llamacpp(target, ids, max_new_tokens, sampling, seed) if m == "llamacpp" else
-             run_hf(target, ids, max_new_tokens, sampling, seed, lookup=m == "hf-lookup"))
+        r = (run_llamacpp(target, ids, max_new_tokens, sampling, seed) if m == "llamacpp" else  # HF: as loaded
+             run_hf(variant_target(target.name, "fp32", unmodified=True) if target.lean or target.packed else target,
+                    ids, max_new_tokens, sampling, seed, lookup=m == "hf-lookup"))
         ms = r["decode_ms"] / r["timed_tokens"]
         return {"tokens": r["tokens"], "new_tokens": len(r["tokens"]), "ms_per_token": ms,
                 "tokens_per_s": 1000 / max(ms, 1e-9), "prefill_ms": r["prefill_ms"], "timing": r["timing"]}

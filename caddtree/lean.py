@@ -1,0 +1,182 @@
+"""A lean forward for Llama-shaped Hugging Face causal LMs (llama, mistral, qwen2, qwen3): the HF model's logits
+with a handful of PyTorch ops per layer instead of HF's module tree.
+
+Why: at one token per step the model's Python and module overhead, not its arithmetic, sets much of the step time.
+HF dispatches ~74 aten ops per decoder layer (135 torch-function calls); this forward ~45 (72), about 25 of them its
+own, the rest inside the linears and the KV cache. A layer here is: rms_norm, one fused q/k/v linear, RoPE on q and k
+together (cos/sin from the model's own `rotary_emb`, once per forward), the KV cache update, grouped-query SDPA without
+repeating the KV heads (as `caddtree.target.grouped_sdpa`), o_proj, residual, rms_norm, one fused gate/up linear,
+silu(gate) * up, down, residual. The linears are the model's own modules (nn.Linear, PackedLinear or a quantized
+linear), fused once by `caddtree.kernels.fuse_linears`. SmolLM2-135M fp32 with packed linears, context 300, 1 thread,
+median of 50 on a shared 2-core AMD EPYC (`python tests/test_lean.py`): one-token step 48.9 ms (HF) -> 39.2 ms; with
+stub linears (the overhead alone, attention included) 14.0 -> 7.8 ms.
+
+Exactness (batch invariance): a plain step (n = 1, no mask) and a tree verify (n > 1, ancestor mask) must give a token
+the same logits bit for bit. Norms, RoPE and silu compute each row alone; the linears do where they are
+batch-invariant (PackedLinear, QuantLinear; PyTorch's own GEMM is not). PyTorch's SDPA is not: a row's result changes
+with the number of query rows and with masked columns around it. On CPU in fp32 attention is therefore
+`kernels.row_attention`: each row alone over its allowed columns in cache order, so a tree node's output is the plain
+step's bit for bit. Elsewhere (no C++ kernels, another dtype or device) the rows of a verify whose mask is the causal
+one (the root and the leading chain of the tree) are attended one by one with exactly the plain step's SDPA call, the
+others (nodes after the first branch) in one grouped call with the mask: those match a plain step only to fp32
+rounding (~1e-6), so a near-tie there could flip a token. Prefill (more rows than the kernels take, no mask) uses
+one causal SDPA call: nothing compares its rows with plain steps.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from caddtree.kernels import MAX_ROWS, fuse_linears, packing_available, row_attention
+
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def lean_unsupported(model) -> str | None:
+    """None if `LeanForward` can run this HF model, else a short reason (e.g. 'sliding window', 'model_type gpt2')."""
+    cfg = getattr(model, "config", None)
+    kind = getattr(cfg, "model_type", None)
+    if kind not in FAMILIES:
+        return f"model_type {kind}"
+    if getattr(cfg, "hidden_act", None) != "silu":
+        return f"hidden_act {getattr(cfg, 'hidden_act', None)}"
+    window = getattr(cfg, "sliding_window", None) is not None
+    if window and (kind == "mistral" or getattr(cfg, "use_sliding_window", True) is not False):
+        return "sliding window"
+    if any(t != "full_attention" for t in getattr(cfg, "layer_types", None) or ()):
+        return "sliding window"
+    inner = getattr(model, "model", None)
+    parts = ("embed_tokens", "layers", "norm", "rotary_emb")
+    if inner is None or not all(hasattr(inner, p) for p in parts) or model.get_output_embeddings() is None:
+        return "not a Llama-shaped model"
+    h, g = cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    for layer in inner.layers[:cfg.num_hidden_layers]:
+        a, m = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+        names = [(a, "q_proj"), (a, "k_proj"), (a, "v_proj"), (a, "o_proj"), (m, "gate_proj"), (m, "up_proj"),
+                 (m, "down_proj"), (layer, "input_layernorm"), (layer, "post_attention_layernorm")]
+        if any(not hasattr(o, name) for o, name in names):
+            return "not a Llama-shaped layer"
+        if getattr(a, "sliding_window", None) is not None:
+            return "sliding window"
+        d = getattr(a, "head_dim", None)
+        if not d or h % g or (a.q_proj.out_features, a.k_proj.out_features, a.v_proj.out_features,
+                              getattr(a.o_proj, "in_features", h * d)) != (h * d, g * d, g * d, h * d):
+            return "head_dim does not match the projections"
+        if hasattr(a, "q_norm") != (kind == "qwen3") or hasattr(a, "k_norm") != (kind == "qwen3"):
+            return f"unexpected q/k norm for {kind}"
+        norms = [layer.input_layernorm, layer.post_attention_layernorm] + ([a.q_norm, a.k_norm] if kind == "qwen3"
+                                                                           else [])
+        if not all(type(n).__name__.endswith("RMSNorm") and hasattr(n, "variance_epsilon") for n in norms):
+            return "not an RMSNorm"
+    if model.training:  # attention dropout
+        return "training mode"
+    return None
+
+
+class LeanForward:
+    """`Target.forward`'s contract for a supported HF *ForCausalLM (on its device, eval mode, linears final)."""
+
+    def __init__(self, model, exact: bool = True):
+        """exact: attend a verify's causal-prefix rows one by one as plain steps (bit-identical to them; each such
+        row reads the whole cache again), else every row of a masked forward in one grouped call."""
+        reason = lean_unsupported(model)
+        if reason is not None:
+            raise ValueError(f"LeanForward cannot run this model: {reason}")
+        cfg, inner = model.config, model.model
+        a0 = inner.layers[0].self_attn
+        self.h, self.d = cfg.num_attention_heads, a0.head_dim
+        self.g = a0.k_proj.out_features // self.d
+        self.r, self.scale, self.exact = self.h // self.g, a0.scaling, exact
+        self.row_kernel = packing_available() and self.d % 16 == 0  # CPU fp32: kernels.row_attention
+        self.embed, self.rotary, self.lm_head = inner.embed_tokens, inner.rotary_emb, model.get_output_embeddings()
+        self.norm_w, self.norm_eps = inner.norm.weight, inner.norm.variance_epsilon
+        self.tie_last = getattr(cfg, "tie_last_hidden_states", None) is not False
+        w = self.norm_w
+        # rotate_half(x) * sin == flip(x halves) * (sin with its first half negated)
+        self.sign = torch.tensor([-1.0, 1.0], dtype=w.dtype, device=w.device).view(2, 1)  # [2, 1]
+        self.layers = []
+        for layer in inner.layers[:cfg.num_hidden_layers]:
+            a, m, ln1, ln2 = layer.self_attn, layer.mlp, layer.input_layernorm, layer.post_attention_layernorm
+            qk_norm = None
+            if hasattr(a, "q_norm"):  # qwen3: RMSNorm per head over d, q's weight on q heads, k's on k heads
+                qk_norm = (torch.cat([a.q_norm.weight.detach().expand(self.h, self.d),
+                                      a.k_norm.weight.detach().expand(self.g, self.d)]),  # [h + g, d]
+                           a.q_norm.variance_epsilon)
+            self.layers.append((ln1.weight, ln1.variance_epsilon, fuse_linears([a.q_proj, a.k_proj, a.v_proj]),
+                                qk_norm, a.o_proj, ln2.weight, ln2.variance_epsilon,
+                                fuse_linears([m.gate_proj, m.up_proj]), m.down_proj, m.gate_proj.out_features))
+
+    @torch.inference_mode()
+    def __call__(self, input_ids, cache, position_ids=None, attn_mask=None, hidden_layers=()):
+        """input_ids [n] long on top of `cache` (updated in place; its `.layers[i].update(k, v)` takes k, v
+        [1, g, n, d] and returns the whole [1, g, L, d]); position_ids [n] (default ctx + arange(n)); attn_mask
+        [n, ctx + n] float additive or None (causal). Returns logits [n, V] float32 and the outputs of the decoder
+        layers in `hidden_layers`, concatenated [n, len(hidden_layers) * H] (None if none asked)."""
+        n, ctx = input_ids.shape[0], cache.get_seq_length()
+        h, g, d = self.h, self.g, self.d
+        if position_ids is None:
+            position_ids = torch.arange(ctx, ctx + n, device=input_ids.device)
+        x = self.embed(input_ids)  # [n, H]
+        H = x.shape[-1]
+        cos, sin = self.rotary(x, position_ids[None])  # [1, n, d] each
+        cos, sin = cos.reshape(n, 1, 2, d // 2), sin.reshape(n, 1, 2, d // 2) * self.sign  # [n, 1, 2, d/2]
+        allowed = None  # row_attention's [n, L] bool mask (None: causal), where that kernel runs
+        if self.row_kernel and n <= MAX_ROWS and x.device.type == "cpu" and x.dtype == torch.float32:
+            exact, rest_mask = -1, None
+            allowed = None if attn_mask is None else attn_mask == 0
+        else:
+            exact, rest_mask = self._plan(n, ctx, attn_mask, x)
+        want, feats = set(hidden_layers), {}
+        for i, (w1, e1, qkv_proj, qk_norm, o_proj, w2, e2, gate_up, down, inter) in enumerate(self.layers):
+            qkv = qkv_proj(F.rms_norm(x, (H,), w1, e1)).reshape(1, n, h + 2 * g, d)  # [1, n, h + 2g, d]
+            qk = qkv[0, :, :h + g]  # [n, h + g, d]: q heads, then k heads
+            if qk_norm is not None:
+                qk = F.rms_norm(qk, (d,), None, qk_norm[1]) * qk_norm[0]
+            qk = qk.unflatten(-1, (2, d // 2))  # [n, h + g, 2, d/2]
+            qk = (qk * cos + qk.flip(2) * sin).view(1, n, h + g, d)  # RoPE, rotate-half convention
+            k_all, v_all = cache.layers[i].update(qk[:, :, h:].transpose(1, 2),  # [1, g, n, d] in, [1, g, L, d] out
+                                                  qkv[:, :, h + g:].transpose(1, 2))
+            x = x + o_proj(self._attend(qk[0, :, :h], k_all, v_all, ctx, exact, rest_mask, allowed))
+            gu = gate_up(F.rms_norm(x, (H,), w2, e2))  # [n, 2I]
+            x = x + down(F.silu(gu[:, :inter]) * gu[:, inter:])
+            if i in want:
+                feats[i] = x
+        x = F.rms_norm(x, (H,), self.norm_w, self.norm_eps)
+        if self.tie_last and len(self.layers) - 1 in want:  # HF's hidden_states[-1] is the normed output
+            feats[len(self.layers) - 1] = x
+        logits = self.lm_head(x).float()  # [n, V]
+        if not want:
+            return logits, None
+        return logits, torch.cat([feats[k] for k in hidden_layers], dim=-1)
+
+    def _plan(self, n, ctx, attn_mask, x):
+        """-> (exact: the leading rows attended one by one as plain steps, mask [r * (n - exact), ctx + n] for the
+        others, repeated per query head of a group, or None)."""
+        if attn_mask is None and n == 1:
+            return 1, None
+        L = ctx + n
+        blocked = torch.arange(L, device=x.device) > torch.arange(ctx, L, device=x.device)[:, None]  # [n, L] causal
+        causal = torch.zeros(n, L, dtype=x.dtype, device=x.device).masked_fill_(blocked, float("-inf"))
+        if attn_mask is None:  # prefill: nobody compares its rows with plain steps
+            return 0, causal.repeat(self.r, 1)
+        attn_mask = attn_mask.to(x.dtype)
+        exact = int((attn_mask == causal).all(1).cumprod(0).sum()) if self.exact else 0
+        return exact, (attn_mask[exact:].repeat(self.r, 1) if exact < n else None)
+
+    def _attend(self, q, k, v, ctx, exact, rest_mask, allowed):
+        """q [n, h, d] against the cache k, v [1, g, L, d] -> [n, h * d]. exact = -1: `kernels.row_attention`
+        (every row alone over its allowed columns: bit-identical to the plain step). Else SDPA, query heads regrouped
+        per KV head ([1, g, r * rows, d]) so the cache is never repeated h / g times."""
+        n, (h, g, r, d) = q.shape[0], (self.h, self.g, self.r, self.d)
+        if exact == -1:
+            return row_attention(q, k[0], v[0], allowed, self.scale).reshape(n, h * d)
+        if exact == n == 1:  # plain step
+            return F.scaled_dot_product_attention(q.view(1, g, r, d), k, v, scale=self.scale).reshape(1, h * d)
+        outs = [F.scaled_dot_product_attention(q[i].view(1, g, r, d), k[:, :, :ctx + i + 1], v[:, :, :ctx + i + 1],
+                                               scale=self.scale).reshape(1, h * d) for i in range(exact)]
+        if exact < n:
+            m = n - exact
+            qg = q[exact:].view(m, g, r, d).permute(1, 2, 0, 3).reshape(1, g, r * m, d)
+            o = F.scaled_dot_product_attention(qg, k, v, attn_mask=rest_mask, scale=self.scale)  # [1, g, r m, d]
+            outs.append(o.reshape(g, r, m, d).permute(2, 0, 1, 3).reshape(m, h * d))
+        return outs[0] if len(outs) == 1 else torch.cat(outs)

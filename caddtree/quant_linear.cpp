@@ -1,0 +1,378 @@
+// y = x @ W^T with W as a GGUF file stores it (ggml blocks of 32 weights along K), fp32 activations and sums, CPU.
+// Built with panel_linear.cpp into one extension by caddtree/kernels.py.
+//
+// Block types (ggml's, bytes per 32 weights): Q4_0 (18: fp16 d, 16 B of nibbles; w = d·(q - 8)), Q4_1 (20: fp16 d,
+// fp16 m, nibbles; w = d·q + m), Q8_0 (34: fp16 d, int8 q[32]; w = d·q), F16 (64). Element j < 16 of a 4-bit block is
+// the low nibble of byte j, element j + 16 its high nibble. d·q is exact in fp32 and d·q + m is rounded once (an FMA),
+// as gguf-py's dequantize computes it, so the weights used here equal the fp32 model's bit for bit.
+//
+// Scheme: the weights are split into strips of R rows; a thread dequantizes one strip into an fp32 buffer it owns
+// ([R, K], L1/L2-resident), then multiplies every input row against it, G rows at a time with R x G vector
+// accumulators (lanes over k), summed horizontally at the end. So each weight byte is read from memory once per call
+// and dequantized once, whatever the row count M.
+//
+// Invariant (exactness): y[m, n] is accumulated lane-wise over k in order, then reduced by one fixed horizontal sum;
+// nothing depends on M, on which group row m falls in, or on the thread count (a strip belongs to one thread), so a
+// row's result is bit-identical whether it is multiplied alone (plain decoding) or among 96 (tree verification).
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+enum Type : int64_t { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q8_0 = 8 };  // ggml type ids
+constexpr int64_t QK = 32;                                        // weights per block
+
+int64_t block_bytes(int64_t type) {
+  switch (type) {
+    case F16: return 64;
+    case Q4_0: return 18;
+    case Q4_1: return 20;
+    case Q8_0: return 34;
+    default: return -1;
+  }
+}
+
+inline float half_to_float(const uint8_t* p) {  // IEEE binary16 -> fp32 (exact)
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  const uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
+  uint32_t u;
+  if (exp == 0x1F) {
+    u = sign | 0x7F800000 | (man << 13);
+  } else if (exp != 0) {
+    u = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    u = sign;
+  } else {  // subnormal: normalise
+    int e = -1;
+    uint32_t m = man;
+    do { ++e; m <<= 1; } while (!(m & 0x400));
+    u = sign | ((112 - e) << 23) | ((m & 0x3FF) << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+#if defined(__F16C__)
+// where the CPU has F16C (every AVX2/AVX-512 x86). Loaded with a zeroing vmovd: _cvtsh_ss compiles to a vpinsrw that
+// merges into the previous value's register, a false dependency that chained every block's scale conversion (~3x
+// slower plain steps, seen with perf)
+inline float fp16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(int32_t(h))));
+}
+inline __m128 fp16x2(const uint8_t* p) {  // [fp16 at p, fp16 at p + 2, 0, 0]
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
+}
+#else
+inline float fp16(const uint8_t* p) { return half_to_float(p); }
+#endif
+
+// ---------------------------------------------------------------------------------------- dequantize one block
+// out[0:32] = the block's 32 weights in fp32
+#if defined(__AVX512F__)
+// lo, hi = weights 0..15 and 16..31 of one block, in registers. 4-bit types: the block's 16 possible values
+// d·[0..15] + m (one FMA) looked up by nibble with one permute each (vpermps reads the low 4 bits of each index).
+template <int64_t type>
+inline void dequant_regs(const uint8_t* b, __m512& lo, __m512& hi) {
+  if constexpr (type == Q4_1 || type == Q4_0) {
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 table;
+    if constexpr (type == Q4_1) {
+      const __m128 dm = fp16x2(b);  // [d, m]
+      table = _mm512_fmadd_ps(iota, _mm512_broadcastss_ps(dm), _mm512_broadcastss_ps(_mm_movehdup_ps(dm)));  // d·q + m
+    } else {
+      table = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(8.0f)), _mm512_set1_ps(fp16(b)));  // d·(q - 8), exact
+    }
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + (type == Q4_1 ? 4 : 2))));
+    lo = _mm512_permutexvar_ps(v, table);
+    hi = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+  } else if constexpr (type == Q8_0) {
+    const __m512 D = _mm512_set1_ps(fp16(b));
+    const __m128i* q = reinterpret_cast<const __m128i*>(b + 2);
+    lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q))), D);
+    hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1))), D);
+  } else {  // F16
+    const __m256i* h = reinterpret_cast<const __m256i*>(b);
+    lo = _mm512_cvtph_ps(_mm256_loadu_si256(h));
+    hi = _mm512_cvtph_ps(_mm256_loadu_si256(h + 1));
+  }
+}
+template <int64_t type>
+inline void dequant_block(const uint8_t* b, float* out) {
+  __m512 lo, hi;
+  dequant_regs<type>(b, lo, hi);
+  _mm512_storeu_ps(out, lo);
+  _mm512_storeu_ps(out + 16, hi);
+}
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+template <int64_t type>
+inline void dequant_block(const uint8_t* b, float* out) {
+  if constexpr (type == Q4_1 || type == Q4_0) {
+    const float d = fp16(b);
+    const __m256 D = _mm256_set1_ps(d);
+    const __m256 M = _mm256_set1_ps(type == Q4_1 ? fp16(b + 2) : -8.0f * d);
+    const uint8_t* qs = b + (type == Q4_1 ? 4 : 2);
+    const __m256 eight = _mm256_set1_ps(8.0f);
+    for (int h = 0; h < 2; ++h) {  // bytes 8h .. 8h+7 -> elements 8h.. (low nibbles) and 16+8h.. (high nibbles)
+      const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * h)));
+      const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0xF)));
+      const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+      if constexpr (type == Q4_1) {
+        _mm256_storeu_ps(out + 8 * h, _mm256_fmadd_ps(lo, D, M));
+        _mm256_storeu_ps(out + 16 + 8 * h, _mm256_fmadd_ps(hi, D, M));
+      } else {
+        _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(_mm256_sub_ps(lo, eight), D));
+        _mm256_storeu_ps(out + 16 + 8 * h, _mm256_mul_ps(_mm256_sub_ps(hi, eight), D));
+      }
+    }
+  } else if constexpr (type == Q8_0) {
+    const __m256 D = _mm256_set1_ps(fp16(b));
+    for (int h = 0; h < 4; ++h) {
+      const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * h)));
+      _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(_mm256_cvtepi32_ps(v), D));
+    }
+  } else {
+    for (int h = 0; h < 4; ++h)
+      _mm256_storeu_ps(out + 8 * h, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 * h))));
+  }
+}
+#else
+template <int64_t type>
+inline void dequant_block(const uint8_t* b, float* out) {
+  if constexpr (type == Q4_1 || type == Q4_0) {
+    const float d = half_to_float(b);
+    const float m = type == Q4_1 ? half_to_float(b + 2) : 0.0f;
+    const uint8_t* qs = b + (type == Q4_1 ? 4 : 2);
+    for (int j = 0; j < 16; ++j) {
+      const int lo = qs[j] & 0xF, hi = qs[j] >> 4;
+      out[j] = type == Q4_1 ? std::fma(float(lo), d, m) : float(lo - 8) * d;
+      out[j + 16] = type == Q4_1 ? std::fma(float(hi), d, m) : float(hi - 8) * d;
+    }
+  } else if constexpr (type == Q8_0) {
+    const float d = half_to_float(b);
+    for (int j = 0; j < 32; ++j) out[j] = float(int8_t(b[2 + j])) * d;
+  } else {
+    for (int j = 0; j < 32; ++j) out[j] = half_to_float(b + 2 * j);
+  }
+}
+#endif
+
+// out [K] = one weight row of nb blocks, dequantized
+inline void dequant_row(int64_t type, const uint8_t* row, int64_t nb, int64_t bb, float* out) {
+  switch (type) {
+    case Q4_0: for (int64_t b = 0; b < nb; ++b) dequant_block<Q4_0>(row + b * bb, out + b * QK); break;
+    case Q4_1: for (int64_t b = 0; b < nb; ++b) dequant_block<Q4_1>(row + b * bb, out + b * QK); break;
+    case Q8_0: for (int64_t b = 0; b < nb; ++b) dequant_block<Q8_0>(row + b * bb, out + b * QK); break;
+    default: for (int64_t b = 0; b < nb; ++b) dequant_block<F16>(row + b * bb, out + b * QK); break;
+  }
+}
+
+// ------------------------------------------------------------------------------ dot products against a strip
+// y[m, n0 + r] for r < R, m in [m0, m0 + G): w [R, K] fp32 (the dequantized strip), x [M, K]
+#if defined(__AVX512F__)
+constexpr int R = 4, G_MAX = 6;  // 24 accumulators + 4 weights + 1 input of the 32 zmm registers
+template <int G, int RR>
+void strip_rows(const float* x, int64_t K, const float* w, float* y, int64_t N, int64_t m0, int64_t n0) {
+  __m512 acc[RR][G];
+  for (int r = 0; r < RR; ++r)
+    for (int g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k += 16) {
+    __m512 wk[RR];
+    for (int r = 0; r < RR; ++r) wk[r] = _mm512_loadu_ps(w + r * K + k);
+    for (int g = 0; g < G; ++g) {
+      const __m512 xv = _mm512_loadu_ps(x + (m0 + g) * K + k);
+      for (int r = 0; r < RR; ++r) acc[r][g] = _mm512_fmadd_ps(wk[r], xv, acc[r][g]);
+    }
+  }
+  for (int r = 0; r < RR; ++r)
+    for (int g = 0; g < G; ++g) y[(m0 + g) * N + n0 + r] = _mm512_reduce_add_ps(acc[r][g]);
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr int R = 2, G_MAX = 5;  // 10 accumulators + 2 weights + 1 input of the 16 ymm registers
+inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+template <int G, int RR>
+void strip_rows(const float* x, int64_t K, const float* w, float* y, int64_t N, int64_t m0, int64_t n0) {
+  __m256 acc[RR][G];
+  for (int r = 0; r < RR; ++r)
+    for (int g = 0; g < G; ++g) acc[r][g] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; k += 8) {
+    __m256 wk[RR];
+    for (int r = 0; r < RR; ++r) wk[r] = _mm256_loadu_ps(w + r * K + k);
+    for (int g = 0; g < G; ++g) {
+      const __m256 xv = _mm256_loadu_ps(x + (m0 + g) * K + k);
+      for (int r = 0; r < RR; ++r) acc[r][g] = _mm256_fmadd_ps(wk[r], xv, acc[r][g]);
+    }
+  }
+  for (int r = 0; r < RR; ++r)
+    for (int g = 0; g < G; ++g) y[(m0 + g) * N + n0 + r] = hsum(acc[r][g]);
+}
+#else
+constexpr int R = 2, G_MAX = 4;
+constexpr int L = 8;  // scalar lanes, summed pairwise at the end
+template <int G, int RR>
+void strip_rows(const float* x, int64_t K, const float* w, float* y, int64_t N, int64_t m0, int64_t n0) {
+  float acc[RR][G][L] = {};
+  for (int64_t k = 0; k < K; k += L)
+    for (int r = 0; r < RR; ++r)
+      for (int g = 0; g < G; ++g)
+        for (int l = 0; l < L; ++l) acc[r][g][l] = std::fma(w[r * K + k + l], x[(m0 + g) * K + k + l], acc[r][g][l]);
+  for (int r = 0; r < RR; ++r)
+    for (int g = 0; g < G; ++g) {
+      float* a = acc[r][g];
+      y[(m0 + g) * N + n0 + r] = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+    }
+}
+#endif
+
+template <int RR>
+void strip_all_rows(const float* x, int64_t M, int64_t K, const float* w, float* y, int64_t N, int64_t n0) {
+  int64_t m = 0;
+  for (; m + G_MAX <= M; m += G_MAX) strip_rows<G_MAX, RR>(x, K, w, y, N, m, n0);
+  switch (M - m) {
+    case 5: strip_rows<5, RR>(x, K, w, y, N, m, n0); break;  // cases >= G_MAX never occur
+    case 4: strip_rows<4, RR>(x, K, w, y, N, m, n0); break;
+    case 3: strip_rows<3, RR>(x, K, w, y, N, m, n0); break;
+    case 2: strip_rows<2, RR>(x, K, w, y, N, m, n0); break;
+    case 1: strip_rows<1, RR>(x, K, w, y, N, m, n0); break;
+    default: break;
+  }
+}
+
+// The strip PREFETCH_STRIPS ahead, asked for now: a strip is one contiguous run of R rows of blocks (1.4-2.4 KB for
+// SmolLM2), and without this the loads of a plain step (one FMA pass per block) waited on memory: 4-5 GB/s per thread
+// where a plain read streams at 20+
+constexpr int64_t PREFETCH_STRIPS = 3;
+inline void prefetch_strip(const uint8_t* bp, int64_t s, int64_t s_end, int64_t strip_bytes) {
+#if defined(__AVX2__) || defined(__AVX512F__)
+  if (s >= s_end) return;
+  const uint8_t* p = bp + s * strip_bytes;
+  for (int64_t off = 0; off < strip_bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+#endif
+}
+
+#if defined(__AVX512F__)
+// Few rows (a plain step, a small tree): y[m0 : m0+G, n0 : n0+RR] straight from the blocks, dequantized in registers
+// (no buffer). Same values and the same FMA sequence per output as strip_rows over the dequantized strip (k in order,
+// 16 lanes, then _mm512_reduce_add_ps), so both paths give the same bits: the row count picks the path, not the result.
+constexpr int FUSED_MAX = 4;  // 4 x 4 accumulators + 8 weights + 2 inputs of the 32 zmm registers
+template <int64_t type, int G, int RR>
+void fused_rows(const float* x, int64_t K, const uint8_t* strip, int64_t row_bytes, float* y, int64_t N, int64_t m0,
+                int64_t n0) {
+  constexpr int64_t bb = type == F16 ? 64 : type == Q4_0 ? 18 : type == Q4_1 ? 20 : 34;
+  __m512 acc[RR][G];
+  for (int r = 0; r < RR; ++r)
+    for (int g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < K / QK; ++b) {
+    __m512 lo[RR], hi[RR];
+    for (int r = 0; r < RR; ++r) dequant_regs<type>(strip + r * row_bytes + b * bb, lo[r], hi[r]);
+    for (int g = 0; g < G; ++g) {
+      const float* xg = x + (m0 + g) * K + b * QK;
+      const __m512 x0 = _mm512_loadu_ps(xg), x1 = _mm512_loadu_ps(xg + 16);
+      for (int r = 0; r < RR; ++r) acc[r][g] = _mm512_fmadd_ps(lo[r], x0, acc[r][g]);
+      for (int r = 0; r < RR; ++r) acc[r][g] = _mm512_fmadd_ps(hi[r], x1, acc[r][g]);
+    }
+  }
+  for (int r = 0; r < RR; ++r)
+    for (int g = 0; g < G; ++g) y[(m0 + g) * N + n0 + r] = _mm512_reduce_add_ps(acc[r][g]);
+}
+
+template <int64_t type, int RR>
+void fused_all_rows(const float* x, int64_t M, int64_t K, const uint8_t* strip, int64_t row_bytes, float* y,
+                    int64_t N, int64_t n0) {
+  switch (M) {
+    case 4: fused_rows<type, 4, RR>(x, K, strip, row_bytes, y, N, 0, n0); break;
+    case 3: fused_rows<type, 3, RR>(x, K, strip, row_bytes, y, N, 0, n0); break;
+    case 2: fused_rows<type, 2, RR>(x, K, strip, row_bytes, y, N, 0, n0); break;
+    default: fused_rows<type, 1, RR>(x, K, strip, row_bytes, y, N, 0, n0); break;
+  }
+}
+
+template <int64_t type>
+void fused_linear(const float* x, int64_t M, int64_t K, const uint8_t* bp, float* y, int64_t N) {
+  const int64_t row_bytes = K / QK * block_bytes(type), strips = (N + R - 1) / R;
+  at::parallel_for(0, strips, 16, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      const int64_t n0 = s * R, rows = std::min<int64_t>(R, N - n0);
+      prefetch_strip(bp, s + PREFETCH_STRIPS, s1, R * row_bytes);
+      if (rows == R) {
+        fused_all_rows<type, R>(x, M, K, bp + n0 * row_bytes, row_bytes, y, N, n0);
+      } else {
+        for (int64_t r = 0; r < rows; ++r) fused_all_rows<type, 1>(x, M, K, bp + (n0 + r) * row_bytes, row_bytes, y, N, n0 + r);
+      }
+    }
+  });
+}
+#else
+constexpr int FUSED_MAX = 0;  // no register path: every call dequantizes strips into a buffer
+#endif
+
+}  // namespace
+
+// x [M, K] fp32 contiguous; blocks [N, K/32 * block_bytes(type)] uint8 (a GGUF tensor's rows as stored) -> y [M, N]
+torch::Tensor quant_linear(torch::Tensor x, torch::Tensor blocks, int64_t type) {
+  const int64_t bb = block_bytes(type);
+  TORCH_CHECK(bb > 0, "quant_linear: unsupported ggml type ", type, " (F16=1, Q4_0=2, Q4_1=3, Q8_0=8)");
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat, "x: [M, K] contiguous fp32");
+  const int64_t M = x.size(0), K = x.size(1), N = blocks.size(0), nb = K / QK;
+  TORCH_CHECK(K % QK == 0 && blocks.dim() == 2 && blocks.is_contiguous() && blocks.scalar_type() == torch::kUInt8 &&
+                  blocks.size(1) == nb * bb,
+              "blocks: [N, K/32 * ", bb, "] contiguous uint8 for K = ", K);
+  auto y = torch::empty({M, N}, x.options());
+  const float* xp = x.data_ptr<float>();
+  const uint8_t* bp = blocks.data_ptr<uint8_t>();
+  float* yp = y.data_ptr<float>();
+#if defined(__AVX512F__)
+  if (M <= FUSED_MAX && (type == Q4_0 || type == Q4_1)) {  // Q8_0/F16 measured faster through the buffer
+    if (type == Q4_0) fused_linear<Q4_0>(xp, M, K, bp, yp, N);
+    else fused_linear<Q4_1>(xp, M, K, bp, yp, N);
+    return y;
+  }
+#endif
+  const int64_t strips = (N + R - 1) / R;
+  at::parallel_for(0, strips, 16, [&](int64_t s0, int64_t s1) {
+    std::vector<float> w(R * K);  // this thread's dequantized strip [R, K]
+    for (int64_t s = s0; s < s1; ++s) {
+      const int64_t n0 = s * R, rows = std::min<int64_t>(R, N - n0);
+      prefetch_strip(bp, s + PREFETCH_STRIPS, s1, R * nb * bb);
+      for (int64_t r = 0; r < rows; ++r) dequant_row(type, bp + (n0 + r) * nb * bb, nb, bb, w.data() + r * K);
+      if (rows == R) {
+        strip_all_rows<R>(xp, M, K, w.data(), yp, N, n0);
+      } else {  // the last strip of an N that is not a multiple of R: one row at a time (same per-row arithmetic)
+        for (int64_t r = 0; r < rows; ++r) strip_all_rows<1>(xp, M, K, w.data() + r * K, yp, N, n0 + r);
+      }
+    }
+  });
+  return y;
+}
+
+// blocks [N, K/32 * block_bytes] -> W [N, K] fp32, as the kernel sees it (tests compare it with gguf-py's dequantize)
+torch::Tensor quant_dequantize(torch::Tensor blocks, int64_t type, int64_t K) {
+  const int64_t bb = block_bytes(type), N = blocks.size(0), nb = K / QK;
+  TORCH_CHECK(bb > 0 && K % QK == 0 && blocks.is_contiguous() && blocks.size(1) == nb * bb, "bad blocks/type/K");
+  auto w = torch::empty({N, K}, torch::kFloat);
+  const uint8_t* bp = blocks.data_ptr<uint8_t>();
+  float* wp = w.data_ptr<float>();
+  for (int64_t n = 0; n < N; ++n) dequant_row(type, bp + n * nb * bb, nb, bb, wp + n * K);
+  return w;
+}
+
+int64_t quant_rows_per_strip() { return R; }
+int64_t quant_row_group() { return G_MAX; }

@@ -1,0 +1,139 @@
+"""Where one plain decoding step's time goes: the weights' linears (body, LM head), attention over the cache, and the
+rest (norms, RoPE, cache writes, Python and dispatch overhead), for each weights/forward configuration, at one context.
+
+    python scripts/step_profile.py [--target smollm2-135m-instruct] [--ctx 300] [--threads 2] [--steps 60]
+
+Each configuration's step is timed whole (median over --steps) and, in separate passes, with every call of the
+linear kernels (and of attention) timed individually; 'other' = whole - linears - attention. Prints a Markdown table
+and the bandwidth floor (the bytes of the weights a step reads / this machine's read bandwidth, measured here).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from caddtree import kernels, lean
+from caddtree.files import cpu_name
+from caddtree.kernels import PackedLinear, QuantLinear
+from caddtree.target import load_target
+
+CONFIGS = {  # name -> load_target keywords
+    "native, lean": dict(weights="native"),
+    "fp32 panel, lean": dict(weights="fp32"),
+    "native, HF forward": dict(weights="native", lean=False),
+    "HF as loaded (fp32, PyTorch linears)": dict(weights="fp32", pack=False, lean=False),
+}
+
+
+def read_bandwidth_gbs(mb: int = 512, repeats: int = 7) -> float:
+    """GB/s of a sum over a buffer far larger than the caches (what a weight-bound step is limited by)."""
+    x = torch.ones(mb * 2**20 // 4)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - t0)
+    return x.numel() * 4 / statistics.median(times) / 1e9
+
+
+def weight_bytes(model) -> tuple[int, int]:
+    """(bytes the linears read per step, of which the LM head)."""
+    head = model.get_output_embeddings()
+    total = head_b = 0
+    for m in model.modules():
+        if isinstance(m, QuantLinear):
+            b = m.blocks.numel()
+        elif isinstance(m, (PackedLinear, torch.nn.Linear)):
+            b = m.weight.numel() * m.weight.element_size()
+        else:
+            continue
+        total += b
+        head_b += b if m is head else 0
+    return total, head_b
+
+
+class Timers:
+    """Wraps the kernels' entry points (and torch's SDPA) to add up their wall time per step."""
+
+    def __init__(self, target):
+        self.lib, self.t = kernels._library(), {"linears": 0.0, "lm_head": 0.0, "attention": 0.0}
+        self.head = target.model.get_output_embeddings()
+        self.saved = {}
+
+    def wrap(self, owner, name, key):
+        fn = getattr(owner, name)
+        self.saved[(owner, name)] = fn
+
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            out = fn(*a, **k)
+            self.t[key] += time.perf_counter() - t0
+            return out
+        setattr(owner, name, timed)
+
+    def __enter__(self):
+        self.wrap(F, "scaled_dot_product_attention", "attention")
+        self.wrap(lean, "row_attention", "attention")  # lean.py's own name for the kernel
+        for cls in (QuantLinear, PackedLinear, torch.nn.Linear):
+            fwd = cls.forward
+            self.saved[(cls, "forward")] = fwd
+
+            def timed(mod, x, _fwd=fwd):
+                t0 = time.perf_counter()
+                out = _fwd(mod, x)
+                self.t["lm_head" if mod is self.head else "linears"] += time.perf_counter() - t0
+                return out
+            cls.forward = timed
+        return self
+
+    def __exit__(self, *exc):
+        for (owner, name), fn in self.saved.items():
+            setattr(owner, name, fn)
+
+
+def time_steps(target, ctx: int, steps: int, timers: Timers | None = None) -> float:
+    ids = torch.arange(1000, 1000 + ctx) % target.vocab_size
+    cache = target.new_cache()
+    target.forward(ids, cache)
+    one = torch.tensor([42])
+    times = []
+    for i in range(steps + 5):
+        t0 = time.perf_counter()
+        target.forward(one, cache)
+        if i >= 5:
+            times.append(time.perf_counter() - t0)
+        cache.crop(-1)
+    return 1000 * statistics.median(times)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--target", default="smollm2-135m-instruct")
+    p.add_argument("--ctx", type=int, default=300)
+    p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument("--steps", type=int, default=60)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    bw = read_bandwidth_gbs()
+    print(f"{cpu_name()}, {args.threads} thread(s), context {args.ctx}, read bandwidth {bw:.1f} GB/s\n")
+    print("| configuration | step ms | linears (body) | LM head | attention | other | weights read | floor ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, kw in CONFIGS.items():
+        target = load_target(args.target, device="cpu", **kw)
+        whole = time_steps(target, args.ctx, args.steps)
+        with Timers(target) as tm:
+            parts_ms = time_steps(target, args.ctx, args.steps, tm)
+        n = args.steps + 5
+        lin, head, att = (1000 * tm.t[k] / n for k in ("linears", "lm_head", "attention"))
+        other = max(parts_ms - lin - head - att, 0.0)
+        total_b, _ = weight_bytes(target.model)
+        print(f"| {name} | {whole:.2f} | {lin:.2f} | {head:.2f} | {att:.2f} | {other:.2f} | {total_b / 1e6:.1f} MB "
+              f"| {total_b / bw / 1e6:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

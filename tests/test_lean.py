@@ -1,0 +1,224 @@
+"""caddtree.lean: the lean forward gives the HF model's logits and features (llama tied / untied with biases and llama3
+rope, qwen2 biases, qwen3 qk-norm, mistral), its verify rows equal plain steps bit for bit where that is possible, and
+greedy decoding through it is the same for ar, ddtree and caddtree.
+
+Timing (not asserted here): `python scripts/step_profile.py` splits one decoding step of SmolLM2 by part.
+"""
+
+import numpy as np
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+from transformers import AutoModelForCausalLM
+
+from caddtree.costmodel import CostModel
+from caddtree.drafter import PromptLookupDrafter
+from caddtree.engine import Decoder
+from caddtree.kernels import pack_linears, packing_available
+from caddtree.lean import LeanForward, lean_unsupported
+from caddtree.target import Target
+from caddtree.tree import Tree, verify_inputs
+from caddtree.verify import commit_path
+from conftest import OracleDrafter, RandomDrafter, prompt, reference_greedy
+
+V = 300
+SMALL = dict(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.3, bos_token_id=0,
+             eos_token_id=None, pad_token_id=0, attn_implementation="sdpa")
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+FAMILIES = {
+    "llama-tied-llama3-rope": lambda: LlamaConfig(**SMALL, tie_word_embeddings=True, rope_parameters=LLAMA3_ROPE),
+    "llama-untied-biases": lambda: LlamaConfig(**SMALL, tie_word_embeddings=False, attention_bias=True, mlp_bias=True),
+    "qwen2": lambda: Qwen2Config(**SMALL, sliding_window=16, use_sliding_window=False),  # window off: full attention
+    "qwen3": lambda: Qwen3Config(**SMALL, head_dim=32, tie_word_embeddings=True),  # head_dim != hidden / heads
+    "mistral": lambda: MistralConfig(**SMALL | {"intermediate_size": 100}, sliding_window=None),  # 100: vector tails
+}
+# a tree over [root, nodes]: chain root -> 0 -> 1 -> 2 (rows 0-3 see a causal prefix), node 3 a second child of the
+# root and node 4 its child (rows 4-5 see the cache through gaps)
+TREE = Tree(torch.tensor([3, 4, 9, 10, 12]), torch.tensor([-1, 0, 1, -1, 3]), torch.tensor([1, 2, 3, 1, 2]),
+            torch.zeros(5, dtype=torch.float64))
+CHAIN_ROWS = 4
+
+
+def make_model(family: str, seed: int = 0):
+    """A tiny random model of `family`, biases and norm weights randomised too (HF initialises them to 0 and 1)."""
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(FAMILIES[family]()).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0.0, 0.3)
+            elif p.dim() == 1:
+                p.uniform_(0.5, 1.5)
+    model.generation_config.eos_token_id = None
+    return model
+
+
+def make_target(model, name="tiny") -> Target:
+    return Target(model=model, tokenizer=None, name=name, fingerprint=name)
+
+
+def ids(seed: int, n: int) -> torch.Tensor:
+    return torch.randint(2, V, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def hf_forward(model, tokens, cache, position_ids=None, attn_mask=None, layers=()):
+    """The HF model's own forward under `Target.forward`'s contract (hidden_states[k + 1]: the output of layer k)."""
+    ctx, n = cache.get_seq_length(), len(tokens)
+    if position_ids is None:
+        position_ids = torch.arange(ctx, ctx + n)
+    masks = {} if attn_mask is None else {"attention_mask": attn_mask[None, None]}
+    with torch.inference_mode():
+        out = model(input_ids=tokens[None], position_ids=position_ids[None], cache=cache, use_cache=True,
+                    output_hidden_states=True, **masks)
+    return out.logits[0].float(), torch.cat([out.hidden_states[k + 1][0] for k in layers], dim=-1)
+
+
+def assert_close(got, want, what):
+    scale = want.abs().max().item()
+    err = (got - want).abs().max().item()
+    assert err <= 1e-4 * scale, f"{what}: max error {err:.3g} at scale {scale:.3g}"
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_lean_matches_hf(family):
+    """Chunked prefill (the second chunk causal on a non-empty cache), single steps, a tree verify with its ancestor
+    mask and depths, compaction of the accepted path, one more step: logits, features and cache as HF's."""
+    model = make_model(family)
+    assert lean_unsupported(model) is None
+    if family.startswith("llama-tied") or family == "qwen3":
+        assert model.lm_head.weight is model.model.embed_tokens.weight
+    target, lean = make_target(model), LeanForward(model)
+    layers = [model.config.num_hidden_layers - 1, 0]  # the last one: HF's hidden_states[-1] is after the final norm
+    hf_cache, lean_cache = target.new_cache(), target.new_cache()
+
+    def both(tokens, position_ids=None, attn_mask=None):
+        want = hf_forward(model, tokens, hf_cache, position_ids, attn_mask, layers)
+        got = lean(tokens, lean_cache, position_ids, attn_mask, layers)
+        for g, w, what in zip(got, want, ("logits", "features")):
+            assert g.shape == w.shape and g.dtype == w.dtype == torch.float32
+            assert_close(g, w, f"{family} {what} n={len(tokens)}")
+        for a, b in zip(lean_cache.layers, hf_cache.layers):
+            assert_close(a.keys, b.keys, "keys")
+            assert_close(a.values, b.values, "values")
+
+    p = ids(0, 20)
+    both(p[:12])
+    both(p[12:])
+    for t in p[:3]:
+        both(t[None])
+    ctx = hf_cache.get_seq_length()
+    root = int(p[5])
+    tokens, pos, mask = verify_inputs(root, TREE, ctx)
+    both(tokens, position_ids=pos, attn_mask=mask)
+    for cache in (hf_cache, lean_cache):
+        commit_path(cache, ctx, [3, 4], "cpu")  # the branch after the gap
+    both(torch.tensor([7]))
+    _, none = lean(torch.tensor([8]), target.new_cache())
+    assert none is None
+
+
+def plain_and_tree(model):
+    """-> (verify logits [6, V] and features, the plain steps' logits and features of the chain rows, the plain logits
+    of the branch's first node): every forward on its own cache after the same prefill."""
+    lean = LeanForward(model)
+    layers = [0, 2]
+    new = make_target(model).new_cache
+    p = ids(1, 20)
+    caches = [new() for _ in range(3)]
+    for c in caches:
+        lean(p, c)
+    root = 11
+    tokens, pos, mask = verify_inputs(root, TREE, len(p))
+    tree_logits, tree_feats = lean(tokens, caches[0], pos, mask, layers)
+    plain = [lean(t[None], caches[1], hidden_layers=layers) for t in tokens[:CHAIN_ROWS]]  # root, then the chain
+    lean(torch.tensor([root]), caches[2])
+    branch, _ = lean(tokens[4:5], caches[2])
+    return (tree_logits, tree_feats), plain, branch
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_verify_rows_equal_plain_steps_with_packed_linears(family):
+    """Batch invariance, bit for bit: the root and the leading chain of a verified tree get exactly the logits and
+    features the plain one-token steps give along the same path (caddtree.lean runs those rows' attention as plain
+    steps, and the packed linears sum each row the same way whatever the other rows are). A node after the first
+    branch sees the cache through masked gaps: with `kernels.row_attention` (CPU, fp32) it too is bit-identical;
+    with SDPA only to fp32 rounding."""
+    if not packing_available():
+        pytest.skip("the CPU linear kernel is not built here")
+    model = make_model(family)
+    assert pack_linears(model) > 0
+    (tree_logits, tree_feats), plain, branch = plain_and_tree(model)
+    for i, (logits, feats) in enumerate(plain):
+        assert torch.equal(tree_logits[i], logits[0]), f"row {i}"
+        assert torch.equal(tree_feats[i], feats[0]), f"row {i}"
+    assert LeanForward(model).row_kernel  # the kernels are built here, so the branch row is exact too
+    assert torch.equal(tree_logits[4], branch[0]), "branch row"
+
+
+@pytest.mark.parametrize("family", ["llama-untied-biases", "qwen3"])
+def test_verify_rows_close_to_plain_steps_with_torch_linears(family):
+    """With the model's nn.Linear (PyTorch's GEMM, MKL here) the rows are only equal to fp32 rounding: the GEMM sums a
+    row differently for 1 row and for 6, so no bit-for-bit claim is made (or asserted) without the packed kernel."""
+    (tree_logits, _), plain, branch = plain_and_tree(make_model(family))
+    for i, (logits, _) in enumerate(plain):
+        assert_close(tree_logits[i], logits[0], f"row {i}")
+    assert_close(tree_logits[4], branch[0], "branch row")
+
+
+def test_batched_verify_equals_exact_verify_to_rounding():
+    """exact=False attends every row of a verify in one grouped call: the same logits to fp32 rounding."""
+    model = make_model("qwen3")
+    new = make_target(model).new_cache
+    p = ids(2, 20)
+    out = []
+    for lean in (LeanForward(model), LeanForward(model, exact=False)):
+        cache = new()
+        lean(p, cache)
+        tokens, pos, mask = verify_inputs(11, TREE, len(p))
+        out.append(lean(tokens, cache, pos, mask, [1])[0])
+    assert_close(out[1], out[0], "batched verify")
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_greedy_decoding_through_lean_is_the_same_for_every_method(family):
+    """ar, ddtree (an oracle drafter that reads features, random trees, prompt lookup) and caddtree through the lean
+    forward give the tokens plain decoding through HF's forward gives."""
+    model = make_model(family, seed=3)
+    if packing_available():
+        pack_linears(model)
+    target = make_target(model)
+    p = prompt(3, 16, V)
+    expect = reference_greedy(target, p, 32)  # HF's forward, no cache
+    lean = LeanForward(model)
+    calls = []
+
+    def forward(tokens, cache, position_ids=None, attn_mask=None):
+        calls.append(len(tokens))
+        return lean(tokens, cache, position_ids, attn_mask, target.hidden_layers)
+
+    target.forward = forward
+    cost = CostModel([1], np.r_[10.0, 10.0 + 0.5 * np.arange(1, 17)][None], np.zeros(17), [2.0], [0.0])
+    decoders = {"ar": Decoder(target),
+                "ddtree-oracle": Decoder(target, OracleDrafter(target, 5, seed=3), method="ddtree", budget=8),
+                "ddtree-random": Decoder(target, RandomDrafter(V, 4, seed=3), method="ddtree", budget=12),
+                "ddtree-lookup": Decoder(target, PromptLookupDrafter(V, 4), method="ddtree", budget=4),
+                "caddtree": Decoder(target, OracleDrafter(target, 5, seed=4), method="caddtree", cost_model=cost)}
+    for name, dec in decoders.items():
+        assert dec.generate(p, 32).tokens == expect, name
+    assert max(calls) > 1 and calls.count(1) >= 32  # the lean forward ran plain steps and tree verifies
+
+
+def test_unsupported_models_are_named():
+    assert lean_unsupported(AutoModelForCausalLM.from_config(MistralConfig(**SMALL, sliding_window=16))) == \
+        "sliding window"
+    qwen = Qwen2Config(**SMALL, use_sliding_window=True, sliding_window=16, max_window_layers=1)
+    assert lean_unsupported(AutoModelForCausalLM.from_config(qwen)) == "sliding window"
+    assert lean_unsupported(AutoModelForCausalLM.from_config(LlamaConfig(**SMALL, hidden_act="gelu"))) == \
+        "hidden_act gelu"
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=32, n_layer=1, n_head=2, n_positions=64))
+    assert lean_unsupported(gpt2) == "model_type gpt2"
+    with pytest.raises(ValueError, match="model_type gpt2"):
+        LeanForward(gpt2)
+    assert lean_unsupported(make_model("mistral").train()) == "training mode"

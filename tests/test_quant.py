@@ -1,0 +1,166 @@
+"""Native GGUF weights: the block kernel (quant_linear.cpp) reads ggml blocks as stored and computes in fp32.
+
+What must hold: its weights are gguf-py's dequantized values bit for bit (so native and fp32 are the same model), a
+row's result does not depend on how many rows share the call (plain steps and tree verification compute a token's
+logits alike), in every build this CPU can run (AVX-512, AVX2, scalar), on 1 or 2 threads; and decoding with it is
+lossless.
+"""
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from gguf import GGMLQuantizationType, quants
+from torch import nn
+from torch.utils.cpp_extension import is_ninja_available, load
+
+from caddtree import kernels
+from caddtree.engine import Decoder
+from caddtree.files import cpu_tag
+from caddtree.kernels import BLOCK_BYTES, GGML_TYPES, MAX_ROWS, QuantLinear, fuse_linears, packing_available
+from conftest import OracleDrafter, RandomDrafter, make_tiny_target, reference_greedy
+
+needs_kernel = pytest.mark.skipif(not packing_available(), reason="CPU kernels not built (no C++ compiler or ninja)")
+TYPES = list(GGML_TYPES)
+
+
+def random_blocks(kind: str, n: int, k: int, seed: int = 0):
+    """(blocks [n, k/32 · bytes] uint8, W [n, k] fp32 = gguf-py's dequantization of them)."""
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((n, k)) * rng.uniform(0.01, 2.0, (n, 1))).astype(np.float32)
+    q = quants.quantize(w, GGMLQuantizationType[kind])
+    blocks = np.ascontiguousarray(q).view(np.uint8).reshape(n, -1)
+    ref = quants.dequantize(blocks, GGMLQuantizationType[kind]).reshape(n, k).astype(np.float32)
+    return torch.from_numpy(blocks.copy()), torch.from_numpy(ref.copy())
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", TYPES)
+def test_blocks_dequantize_to_gguf_values_bit_for_bit(kind):
+    blocks, ref = random_blocks(kind, 37, 96)
+    assert blocks.shape[1] == 3 * BLOCK_BYTES[GGML_TYPES[kind]]
+    assert torch.equal(QuantLinear(blocks, GGML_TYPES[kind], 96).dequantized(), ref)
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", TYPES)
+@pytest.mark.parametrize("rows", [1, 5, 6, 7, 33, MAX_ROWS, MAX_ROWS + 1])
+def test_quant_linear_matches_fp32_linear(kind, rows):
+    blocks, w = random_blocks(kind, 83, 160, seed=rows)  # 83 outputs: a partial strip
+    bias = torch.randn(83)
+    lin = QuantLinear(blocks, GGML_TYPES[kind], 160, bias, weight=w)
+    x = torch.randn(rows, 160)
+    with torch.inference_mode():
+        torch.testing.assert_close(lin(x), F.linear(x, w, bias), rtol=1e-5, atol=1e-4)
+
+
+def _check_invariance(linear_fn, blocks, kind, k, threads=(1, 2)):
+    """Rows 1..96, any split of them, any thread count: every row bit-identical to that row alone."""
+    torch.manual_seed(1)
+    x = torch.randn(MAX_ROWS, k)
+    t = GGML_TYPES[kind]
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = torch.cat([linear_fn(x[i:i + 1].contiguous(), blocks, t) for i in range(MAX_ROWS)])
+        for n_threads in threads:
+            torch.set_num_threads(n_threads)
+            for m in (2, 3, 5, 6, 7, 12, 13, 31, 64, MAX_ROWS):
+                for start in (0, MAX_ROWS - m):
+                    got = linear_fn(x[start:start + m].contiguous(), blocks, t)
+                    assert torch.equal(got, alone[start:start + m]), (kind, m, start, n_threads)
+    finally:
+        torch.set_num_threads(saved)
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", TYPES)
+def test_quant_rows_are_batch_invariant_on_any_thread_count(kind):
+    blocks, _ = random_blocks(kind, 203, 128)
+    _check_invariance(kernels._library().quant_linear, blocks, kind, 128)
+
+
+BINDING = """#include <torch/extension.h>
+torch::Tensor quant_linear(torch::Tensor x, torch::Tensor blocks, int64_t type);
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("quant_linear", &quant_linear); }
+"""
+ISA = {"avx2": ["-march=haswell"], "scalar": ["-march=x86-64", "-mno-avx", "-mno-f16c", "-mno-fma"]}
+
+
+@pytest.mark.skipif(not (shutil.which(os.environ.get("CXX", "c++")) and is_ninja_available()), reason="no compiler")
+@pytest.mark.skipif(not cpu_tag().startswith("x86"), reason="x86 builds")
+@pytest.mark.parametrize("isa", list(ISA))
+def test_other_builds_agree_and_are_batch_invariant(isa, tmp_path):
+    """The AVX2 and scalar variants (what an AVX2-only or older CPU builds) compute the same weights, within fp32
+    rounding of the native build, and are batch-invariant too. Skipped where this CPU cannot run the variant."""
+    if isa == "avx2" and "avx2" not in cpu_tag():
+        pytest.skip("this CPU has no AVX2")
+    (tmp_path / "binding.cpp").write_text(BINDING)
+    mod = load(name=f"caddtree_quant_{isa}", sources=[str(tmp_path / "binding.cpp"),
+                                                      str(kernels._SOURCES[1])],
+               build_directory=str(tmp_path), extra_cflags=["-O2", *ISA[isa], *kernels._OPENMP],
+               extra_ldflags=kernels._OPENMP, verbose=False)
+    for kind in TYPES:
+        blocks, w = random_blocks(kind, 45, 64, seed=3)
+        x = torch.randn(9, 64)
+        torch.testing.assert_close(mod.quant_linear(x, blocks, GGML_TYPES[kind]), x @ w.T, rtol=1e-5, atol=1e-4)
+        _check_invariance(mod.quant_linear, blocks, kind, 64, threads=(2,))
+
+
+@needs_kernel
+def test_fused_linears_equal_their_parts_bit_for_bit():
+    parts = []
+    for i, n in enumerate((64, 32, 32)):
+        blocks, w = random_blocks("Q4_1", n, 64, seed=i)
+        parts.append(QuantLinear(blocks, GGML_TYPES["Q4_1"], 64, torch.randn(n) if i else None, w))
+    fused = fuse_linears(parts)
+    assert type(fused) is QuantLinear and fused.out_features == 128
+    x = torch.randn(5, 64)
+    with torch.inference_mode():
+        assert torch.equal(fused(x), torch.cat([p(x) for p in parts], -1))
+    mixed = fuse_linears([parts[0], QuantLinear(*random_blocks("Q8_0", 16, 64)[:1], GGML_TYPES["Q8_0"], 64)])
+    assert mixed.out_features == 80  # different block types: one call per part, same result
+    with torch.inference_mode():
+        assert torch.equal(mixed(x)[:, :64], parts[0](x))
+
+
+def quantize_target(target, kind: str = "Q4_1", head: str = "Q8_0"):
+    """Give every linear of a tiny target GGUF-typed weights (the fp32 Parameters become their dequantized values)
+    and run it on the blocks, as a GGUF target loads with --weights native."""
+    for parent in list(target.model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                t = head if name == "lm_head" else kind
+                blocks, w = _quantize(child.weight, t)
+                with torch.no_grad():
+                    child.weight.copy_(w)
+                setattr(parent, name, QuantLinear(blocks, GGML_TYPES[t], child.in_features, child.bias, child.weight))
+    target.packed, target.weights = True, "native"
+    return target
+
+
+def _quantize(weight: torch.Tensor, kind: str):
+    q = quants.quantize(weight.detach().numpy().astype(np.float32), GGMLQuantizationType[kind])
+    blocks = np.ascontiguousarray(q).view(np.uint8).reshape(weight.shape[0], -1)
+    w = quants.dequantize(blocks, GGMLQuantizationType[kind]).reshape(weight.shape).astype(np.float32)
+    return torch.from_numpy(blocks.copy()), torch.from_numpy(w.copy())
+
+
+@needs_kernel
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("kind", ["Q4_1", "Q4_0", "Q8_0"])
+def test_native_tree_decoding_equals_plain_greedy(seed, kind):
+    """Greedy ar / ddtree / caddtree on GGUF-typed weights: token-identical to plain decoding on the same blocks and
+    to the cache-free reference of the fp32 model holding the same values."""
+    target = quantize_target(make_tiny_target(seed), kind)
+    fp32 = make_tiny_target(seed)
+    fp32.model.load_state_dict({k: v for k, v in target.model.state_dict().items() if "blocks" not in k},
+                               strict=False)
+    p = torch.randint(2, 64, (12,), generator=torch.Generator().manual_seed(seed))
+    plain = Decoder(target).generate(p, 32).tokens
+    assert plain == reference_greedy(fp32, p, 32)
+    for d in (OracleDrafter(target, num_positions=5, seed=seed), RandomDrafter(64, num_positions=4, seed=seed)):
+        for budget in (4, 16):
+            assert Decoder(target, d, method="ddtree", budget=budget).generate(p, 32).tokens == plain
