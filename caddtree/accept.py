@@ -21,8 +21,8 @@ class SamplingParams:
     top_p: float = 1.0        # 1 = off
 
     def __post_init__(self):
-        if not self.temperature >= 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.temperature < float("inf"):
+            raise ValueError(f"temperature must be >= 0 and finite, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must lie in (0, 1], got {self.top_p}")
         if self.top_k < 0:
@@ -34,8 +34,13 @@ class SamplingParams:
 
 
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """logits [m, V] -> the processed sampling distribution [m, V] (temperature, then top-k, then top-p)."""
-    logits = logits.float() / params.temperature
+    """logits [m, V] -> the processed sampling distribution [m, V] (temperature, then top-k, then top-p).
+
+    The row maximum is subtracted before dividing by the temperature (softmax does not change): however small the
+    temperature, nothing overflows, and a temperature that rounds the law to its argmax gives exactly that (the
+    tied maxima uniformly), never NaN."""
+    logits = logits.float()
+    logits = (logits - logits.amax(-1, keepdim=True)) / params.temperature
     if params.top_k > 0:
         kth = torch.topk(logits, min(params.top_k, logits.shape[-1]), dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+import uvicorn
+
 from caddtree.accept import SamplingParams
 from caddtree.bench.command import add_bench_parser
 from caddtree.engine import Decoder, GenerationResult
@@ -16,6 +18,8 @@ from caddtree.errors import CaddtreeError
 from caddtree.options import (add_method_args, add_model_args, check_cost_model_arg, check_out_path,
                               describe_drafter, load_drafter_spec, setup_torch)
 from caddtree.profile import ensure_cost_model
+from caddtree.serve.app import create_app
+from caddtree.serve.worker import Worker
 from caddtree.target import load_target
 from caddtree.train.command import add_eval_parser, add_train_parser
 
@@ -103,6 +107,23 @@ def cmd_profile(args) -> None:
               f"{pts}{fit_note}")
 
 
+def cmd_serve(args) -> None:
+    setup_torch(args)
+    if not 0 < args.port < 65536:
+        raise CaddtreeError(f"--port must lie in 1..65535, got {args.port}")
+    if args.max_queue < 1:
+        raise CaddtreeError(f"--max-queue must be >= 1, got {args.max_queue}")
+    target = load_target(args.target, device=args.device, weights=args.weights)
+    drafter = load_drafter_spec(args.drafter, target) if args.method != "ar" else None
+    worker = Worker(make_decoder(args, target, drafter), max_queue=args.max_queue)
+    name = args.served_model_name or target.name
+    print(f"caddtree: serving {name} ({args.method}" + (f", drafter {describe_drafter(args.drafter, target)}"
+                                                         if drafter else "")
+          + f") on http://{args.host}:{args.port}/v1", file=sys.stderr)
+    uvicorn.run(create_app(worker, name, target.max_context), host=args.host, port=args.port,
+                timeout_graceful_shutdown=args.graceful_timeout, log_level="warning")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="caddtree", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -127,6 +148,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default="full", choices=["coarse", "full"])
     p.add_argument("--out", default=None, help="cost profile JSON (default: the per-user cache entry)")
     p.set_defaults(func=cmd_profile)
+
+    s = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions)")
+    add_model_args(s)
+    add_method_args(s)
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--served-model-name", default=None, help="the `model` clients pass (default: the --target)")
+    s.add_argument("--max-queue", type=int, default=16,
+                   help="requests that may wait while one decodes; more are answered 429 (default 16)")
+    s.add_argument("--graceful-timeout", type=float, default=30.0,
+                   help="on SIGTERM/Ctrl-C, seconds to let running streams finish before ending them (default 30)")
+    s.set_defaults(func=cmd_serve)
 
     add_train_parser(sub)
     add_eval_parser(sub)

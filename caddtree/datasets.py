@@ -11,6 +11,9 @@ Prompt formats (the text is then put through the target's chat template as one u
 - chat: MT-Bench the first turn (both turns with turns=2: the bench answers turn 1 itself first); AlpacaEval the
   instruction.
 `load_prompts(name, n)` returns the first n records, in file order, as dicts {id, prompt} (+ `turns` for MT-Bench).
+`load_prompt_file(path)` reads a user's own set: JSON lines (or a JSON array, or gzipped lines), each with a `prompt`
+string (one user turn through the chat template) or a `messages` list of {role, content} (the whole chat), and an
+optional `id`.
 """
 from __future__ import annotations
 
@@ -136,3 +139,29 @@ def load_prompts(name: str, n: int | None = None, data_dir=None) -> list[dict]:
         raise CaddtreeError(f"{name}: a record of {path or 'the hub copy'} lacks a usable field "
                             f"({type(e).__name__}: {e}): is this the {name} file of shared/data/MANIFEST.md?") from None
     return prompts if n is None else prompts[:n]
+
+
+def load_prompt_file(path) -> list[dict]:
+    """A user's prompt file -> [{id, prompt} or {id, messages}] in file order (`id` defaults to the record's index);
+    one-line CaddtreeError naming the file and the record for anything else."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise CaddtreeError(f"--prompts {path}: no such file (JSON lines with a 'prompt' or 'messages' per line)")
+    out = []
+    for i, r in enumerate(read_records(path)):
+        msgs = r.get("messages")
+        if isinstance(r.get("prompt"), str) and r["prompt"]:
+            out.append({"id": r.get("id", i), "prompt": r["prompt"]})
+        elif isinstance(msgs, list) and msgs and all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                                                     and isinstance(m.get("content"), str) for m in msgs):
+            out.append({"id": r.get("id", i), "messages": [{"role": m["role"], "content": m["content"]} for m in msgs]})
+        else:
+            raise CaddtreeError(f"{path} record {i + 1}: needs a non-empty 'prompt' string or a 'messages' list of "
+                                f"{{role, content}} strings")
+    if not out:
+        raise CaddtreeError(f"{path} holds no prompts")
+    ids = [str(x["id"]) for x in out]
+    if len(set(ids)) != len(ids):
+        raise CaddtreeError(f"{path}: ids repeat (e.g. {next(i for i in ids if ids.count(i) > 1)!r}): make them "
+                            f"unique or leave them out")
+    return out

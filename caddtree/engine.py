@@ -64,7 +64,7 @@ class GenerationResult:
     tokens: list[int]                   # generated token ids (prompt excluded)
     prefill_ms: float
     rounds: list[RoundStats] = field(default_factory=list)
-    stop_reason: str = "length"         # "eos" or "length"
+    stop_reason: str = "length"         # "eos", "length", or "stopped" (the on_tokens callback ended it)
 
     @property
     def decode_ms(self) -> float:
@@ -162,13 +162,15 @@ class Decoder:
             raise CaddtreeError(f"max_new_tokens must be > 0, got {max_new_tokens}")
         if prompt_len == 0:
             raise CaddtreeError("the prompt is empty")
+        # the last new token is never fed back, so the forwards reach position prompt_len + max_new_tokens - 2
         limit = self.target.max_context
-        if prompt_len >= limit:
+        if prompt_len > limit:
             raise CaddtreeError(f"the prompt has {prompt_len} tokens but the context window is {limit}: "
                                 f"shorten the prompt")
-        if prompt_len + max_new_tokens > limit:
+        if prompt_len + max_new_tokens - 1 > limit:
             raise CaddtreeError(f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) exceeds the context "
-                                f"window ({limit}): lower --max-new-tokens to {limit - prompt_len}")
+                                f"window ({limit}) by more than the last token: lower --max-new-tokens to "
+                                f"{limit - prompt_len + 1}")
 
     def _choose(self, log_probs: torch.Tensor, ctx: int, room: int, draft_ms: float | None = None,
                 stage: str = "full"):
@@ -247,7 +249,9 @@ class Decoder:
     def generate(self, prompt_ids: torch.Tensor, max_new_tokens: int = 128,
                  sampling: SamplingParams = SamplingParams(), seed: int | None = None,
                  on_tokens=None) -> GenerationResult:
-        """prompt_ids [P] -> GenerationResult. `on_tokens(list[int])` is called with each round's new tokens."""
+        """prompt_ids [P] -> GenerationResult. `on_tokens(list[int])` is called with each round's new tokens; a true
+        return value ends the generation after that round (stop_reason "stopped": a stop string, a cancelled
+        request)."""
         target, device = self.target, self.target.device
         prompt_ids = self._prompt_ids(prompt_ids)  # [P]
         P = int(prompt_ids.shape[0])
@@ -310,8 +314,7 @@ class Decoder:
             if probes:
                 probes = self._observe_realised(probes, result.tokens, final=done)
             stats.compact_ms = 1000 * (now(device) - t0) - stats.draft_ms - stats.build_ms - stats.verify_ms
-            if on_tokens is not None:  # the caller's time (e.g. printing the stream), not the decoder's
-                on_tokens(new)
-            if done:
-                result.stop_reason = "eos" if hit is not None else "length"
+            stop = on_tokens(new) if on_tokens is not None else None  # the caller's time, not the decoder's
+            if done or stop:
+                result.stop_reason = "eos" if hit is not None else "length" if done else "stopped"
                 return result

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer, DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
@@ -76,10 +76,23 @@ class Target:
         return ids
 
     def new_cache(self):
-        """A DynamicCache whose full-attention layers grow in place (`GrowingLayer`)."""
+        """A DynamicCache whose layers grow in place (`GrowingLayer`), sliding-window layers included: they keep
+        every position too, and the window is applied by the mask (HF builds it for plain steps and prefill,
+        `window_masks` for tree verification), so compaction and cropping treat every layer alike."""
         cache = DynamicCache(config=self.config)
-        cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+        cache.layers = [GrowingLayer() if type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) else layer
+                        for layer in cache.layers]
         return cache
+
+    @property
+    def window(self) -> tuple[int | None, bool]:
+        """(sliding window W, or None; whether the model takes a mask per layer type). Models with `layer_types`
+        (Qwen2/3, Gemma2/3) mix full and sliding layers and read a dict of masks; Mistral and Phi3 apply their
+        window to every layer."""
+        types, w = getattr(self.config, "layer_types", None), getattr(self.config, "sliding_window", None)
+        if types is not None:
+            return (w, True) if "sliding_attention" in types and w is not None else (None, False)
+        return w, False
 
     @torch.inference_mode()
     def forward(self, input_ids, cache, position_ids=None, attn_mask=None):
@@ -97,7 +110,7 @@ class Target:
             position_ids = torch.arange(ctx, ctx + n, device=input_ids.device)
         kwargs = {}
         if attn_mask is not None:
-            kwargs["attention_mask"] = attn_mask[None, None].to(self.dtype)  # [1, 1, n, ctx + n]
+            kwargs["attention_mask"] = window_masks(attn_mask, ctx, position_ids, *self.window, self.dtype)
         out = self.model(input_ids=input_ids[None], position_ids=position_ids[None], cache=cache,
                          use_cache=True, output_hidden_states=bool(self.hidden_layers), **kwargs)
         logits = out.logits[0].float()
@@ -115,6 +128,14 @@ class Target:
         ids = self.tokenizer(prompt)["input_ids"]
         return torch.tensor(list(ids), dtype=torch.long, device=self.device)
 
+    def as_ids(self, ids: list[int]) -> torch.Tensor:
+        """Token ids -> [P] long on the target's device."""
+        return torch.tensor(list(ids), dtype=torch.long, device=self.device)
+
+    def detokenize(self, ids: list[int]) -> str:
+        """The text of generated token ids, as `caddtree generate` prints it (special tokens skipped)."""
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
     def messages_ids(self, messages: list[dict]) -> torch.Tensor:
         """Token ids of a chat (list of {role, content}) through the chat template, ready for the assistant turn."""
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
@@ -122,6 +143,20 @@ class Target:
         if hasattr(ids, "keys"):
             ids = ids["input_ids"]
         return torch.tensor(list(ids), dtype=torch.long, device=self.device)
+
+
+def window_masks(attn_mask, ctx: int, position_ids, window: int | None, per_type: bool, dtype):
+    """A verify mask [n, ctx + n] (additive) as the HF forward takes it: [1, 1, n, ctx + n]; with a sliding window W,
+    a column whose position is W or more before the row's is blocked too (HF's rule: q - kv < W), in a dict
+    {'full_attention', 'sliding_attention'} for models that mix layer types. Cache column j holds position j (the
+    cache holds the committed text in order); the n new columns hold `position_ids` [n]."""
+    full = attn_mask[None, None].to(dtype)
+    if window is None:
+        return full
+    kv_pos = torch.cat([torch.arange(ctx, device=attn_mask.device), position_ids])  # [ctx + n]
+    far = (position_ids[:, None] - kv_pos[None, :]) >= window  # [n, ctx + n]
+    sliding = attn_mask.masked_fill(far, float("-inf"))[None, None].to(dtype)
+    return {"full_attention": full, "sliding_attention": sliding} if per_type else sliding
 
 
 @torch.inference_mode()
@@ -262,7 +297,14 @@ def _load_gguf(path: Path, dtype: torch.dtype):
 
 
 def _load_dir(path, dtype: torch.dtype):
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+    """SDPA where the model takes it; eager attention where transformers refuses SDPA (e.g. Gemma2's logit
+    softcapping)."""
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+    except ValueError as e:
+        if "sdpa" not in str(e).lower() and "scaled_dot_product" not in str(e).lower():
+            raise
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager")
 
 
 def check_device(device: str) -> None:

@@ -3,8 +3,9 @@ rest (norms, RoPE, cache writes, Python and dispatch overhead), for each weights
 
     python scripts/step_profile.py [--target smollm2-135m-instruct] [--ctx 300] [--threads 2] [--steps 60]
 
-Each configuration's step is timed whole (median over --steps) and, in separate passes, with every call of the
-linear kernels (and of attention) timed individually; 'other' = whole - linears - attention. Prints a Markdown table
+Each configuration's step is timed whole (median over --steps) and, in a second pass, with every call of the linears
+and of attention timed individually (means per step; 'other' = that pass's mean step - linears - LM head - attention:
+norms, RoPE, cache writes, Python and dispatch). Prints a Markdown table
 and the bandwidth floor (the bytes of the weights a step reads / this machine's read bandwidth, measured here).
 """
 from __future__ import annotations
@@ -29,15 +30,16 @@ CONFIGS = {  # name -> load_target keywords
 }
 
 
-def read_bandwidth_gbs(mb: int = 512, repeats: int = 7) -> float:
-    """GB/s of a sum over a buffer far larger than the caches (what a weight-bound step is limited by)."""
+def read_bandwidth_gbs(mb: int = 1024, repeats: int = 10) -> float:
+    """GB/s of a sum over a buffer far larger than the caches (what a weight-bound step is limited by): the best of
+    `repeats`, as STREAM reports, since neighbours on a shared host only ever slow it down."""
     x = torch.ones(mb * 2**20 // 4)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         x.sum()
         times.append(time.perf_counter() - t0)
-    return x.numel() * 4 / statistics.median(times) / 1e9
+    return x.numel() * 4 / min(times) / 1e9
 
 
 def weight_bytes(model) -> tuple[int, int]:
@@ -95,19 +97,23 @@ class Timers:
             setattr(owner, name, fn)
 
 
-def time_steps(target, ctx: int, steps: int, timers: Timers | None = None) -> float:
+def time_steps(target, ctx: int, steps: int, timers: Timers | None = None) -> list[float]:
+    """ms of each of `steps` one-token steps on a context of `ctx` (after a prefill and 5 warm-up steps, which the
+    timers do not count)."""
     ids = torch.arange(1000, 1000 + ctx) % target.vocab_size
     cache = target.new_cache()
     target.forward(ids, cache)
     one = torch.tensor([42])
     times = []
     for i in range(steps + 5):
+        if i == 5 and timers is not None:
+            timers.t = dict.fromkeys(timers.t, 0.0)
         t0 = time.perf_counter()
         target.forward(one, cache)
         if i >= 5:
-            times.append(time.perf_counter() - t0)
+            times.append(1000 * (time.perf_counter() - t0))
         cache.crop(-1)
-    return 1000 * statistics.median(times)
+    return times
 
 
 def main() -> None:
@@ -124,12 +130,11 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, kw in CONFIGS.items():
         target = load_target(args.target, device="cpu", **kw)
-        whole = time_steps(target, args.ctx, args.steps)
-        with Timers(target) as tm:
-            parts_ms = time_steps(target, args.ctx, args.steps, tm)
-        n = args.steps + 5
-        lin, head, att = (1000 * tm.t[k] / n for k in ("linears", "lm_head", "attention"))
-        other = max(parts_ms - lin - head - att, 0.0)
+        whole = statistics.median(time_steps(target, args.ctx, args.steps))
+        with Timers(target) as tm:  # the parts are means per step of the timed pass; 'other' is its mean rest
+            timed = statistics.fmean(time_steps(target, args.ctx, args.steps, tm))
+        lin, head, att = (1000 * tm.t[k] / args.steps for k in ("linears", "lm_head", "attention"))
+        other = max(timed - lin - head - att, 0.0)
         total_b, _ = weight_bytes(target.model)
         print(f"| {name} | {whole:.2f} | {lin:.2f} | {head:.2f} | {att:.2f} | {other:.2f} | {total_b / 1e6:.1f} MB "
               f"| {total_b / bw / 1e6:.2f} |")

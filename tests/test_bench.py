@@ -485,3 +485,39 @@ def test_identical_to_plain_counts_matches_against_another_runs_plain_decoding(t
     assert identical_to_plain(run, tmp_path) == 1
     with pytest.raises(KeyError):  # a prompt the plain run lacks is an error, not a silent pass
         identical_to_plain(run + [{**run[0], "prompt_id": 2}], tmp_path)
+
+
+def test_own_prompt_file_is_a_set_beside_the_datasets(tmp_path, data_dir):
+    """--prompts FILE: 'prompt' lines go through the chat template, 'messages' lines are the chat; the set is named
+    after the file (or --prompts-name), alone or beside --datasets; a bad line is one error naming it."""
+    from caddtree.cli import build_parser
+    f = tmp_path / "mine.jsonl"
+    _jsonl(f, [{"prompt": "Tell me a joke."}, {"id": "q2", "messages": [{"role": "system", "content": "Be brief."},
+                                                                          {"role": "user", "content": "Hi!"}]}])
+    parse = lambda *a: build_parser().parse_args(["bench", "--out", str(tmp_path / "o"), *a])  # noqa: E731
+    run = bench_command.check_bench_args(parse("--prompts", str(f)))
+    assert run["names"] == ["mine"] and [x["id"] for x in run["prompts"]["mine"]] == [0, "q2"]
+    assert run["prompts"]["mine"][1]["messages"][0] == {"role": "system", "content": "Be brief."}
+    run = bench_command.check_bench_args(parse("--prompts", str(f), "--prompts-name", "ours", "--datasets", "gsm8k",
+                                               "--data-dir", str(data_dir), "--num-prompts", "1"))
+    assert run["names"] == ["gsm8k", "ours"] and len(run["prompts"]["ours"]) == 1
+    for bad, msg in ([{"prompt": ""}], "record 1"), ([{"messages": [{"role": "user"}]}], "record 1"), \
+                    ([{"prompt": "a", "id": 1}, {"prompt": "b", "id": 1}], "ids repeat"):
+        _jsonl(f, bad)
+        with pytest.raises(CaddtreeError, match=msg):
+            bench_command.check_bench_args(parse("--prompts", str(f)))
+    with pytest.raises(CaddtreeError, match="no such file"):
+        bench_command.check_bench_args(parse("--prompts", str(tmp_path / "nope.jsonl")))
+    with pytest.raises(CaddtreeError, match="built-in"):
+        bench_command.check_bench_args(parse("--prompts", str(f), "--prompts-name", "gsm8k"))
+    # a messages record is run through the target's chat template (here a stand-in), exactly
+    target, seen = make_tiny_target(vocab=64), []
+    target.messages_ids = lambda msgs: seen.append(msgs) or torch.tensor([3, 4, 5, 6])
+    prompts = {"mine": [{"id": "q2", "messages": [{"role": "user", "content": "Hi!"}]}]}
+    recs = bench_runner.run_bench(target, lambda spec: PromptLookupDrafter(64), lambda d: None, prompts,
+                                  ["ar", "ddtree:4"], tmp_path / "out2", max_new_tokens=8, sampling=SamplingParams(),
+                                  progress=False)
+    assert seen and seen[-1] == [{"role": "user", "content": "Hi!"}]
+    assert {(r["dataset"], r["prompt_id"], r["method"]) for r in recs} == {("mine", "q2", "ar"),
+                                                                           ("mine", "q2", "ddtree:4")}
+    assert all(r["match_ar"] for r in recs if r["method"] != "ar")

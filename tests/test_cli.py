@@ -8,7 +8,7 @@ NO_SUCH_GPU = f"cuda:{torch.cuda.device_count() + 1000}"  # an index past every 
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["generate", "--temperature", "-1"], "temperature must be >= 0"),
+    (["generate", "--temperature", "-1"], "temperature must be >= 0 and finite"),
     (["generate", "--top-p", "0"], "top_p must lie in (0, 1]"),
     (["generate", "--top-p", "1.5"], "top_p must lie in (0, 1]"),
     (["generate", "--method", "ddtree", "--budget", "0"], "--budget must be >= 1"),

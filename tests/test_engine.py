@@ -289,3 +289,30 @@ def test_phi_calibration_brings_predicted_phi_to_the_realised_acceptance(seed):
         size[cal] = np.mean([r.tree_size for r in late])
     assert gap[False] > 1.0 and abs(gap[True]) < 0.5 * gap[False], gap
     assert size[True] < size[False], size
+
+
+def test_context_window_is_used_to_the_last_token():
+    """The last new token is never fed back: a prompt of exactly the window may ask for 1 token, and P + N - 1 =
+    window fits, with every method; one more is refused."""
+    target = make_tiny_target(0, max_pos=32)
+    for dec in (Decoder(target), Decoder(target, RandomDrafter(64), method="ddtree", budget=4)):
+        full = prompt(0, 32)
+        assert dec.generate(full, 1).tokens == reference_greedy(target, full, 1)
+        p = prompt(1, 20)
+        assert dec.generate(p, 13).tokens == reference_greedy(target, p, 13)
+        with pytest.raises(CaddtreeError, match="lower --max-new-tokens to 13"):
+            dec.generate(p, 14)
+    with pytest.raises(CaddtreeError, match="shorten the prompt"):
+        Decoder(target).generate(prompt(0, 33), 1)
+
+
+def test_temperatures_that_round_to_zero_act_as_greedy_and_inf_nan_are_refused():
+    target = make_tiny_target(0)
+    p = prompt(2)
+    want = reference_greedy(target, p, 12)
+    for t in (1e-45, 1e-30, 1e-12):
+        for dec in (Decoder(target), Decoder(target, RandomDrafter(64), method="ddtree", budget=4)):
+            assert dec.generate(p, 12, SamplingParams(temperature=t), seed=0).tokens == want, t
+    for t in (float("inf"), float("nan"), -1.0):
+        with pytest.raises(ValueError, match="temperature must be >= 0 and finite"):
+            SamplingParams(temperature=t)

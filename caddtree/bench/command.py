@@ -19,7 +19,7 @@ from caddtree.bench.report import write_summary
 from caddtree.bench.runner import run_bench
 from caddtree.bench.stats import priced_ms_per_token, summarize
 from caddtree.costfile import load_cost_model, plot_cost_model, save_cost_model
-from caddtree.datasets import load_prompts
+from caddtree.datasets import load_prompt_file, load_prompts
 from caddtree.drafter import drafter_id
 from caddtree.errors import CaddtreeError
 from caddtree.files import cpu_name
@@ -49,7 +49,13 @@ def machine_info() -> dict:
 def add_bench_parser(sub) -> None:
     b = sub.add_parser("bench", help="benchmark every method on the paper's datasets (records, summary, plots)")
     add_model_args(b)
-    b.add_argument("--datasets", default=ALL_DATASETS, help=f"comma list (default: {ALL_DATASETS})")
+    b.add_argument("--datasets", default=None,
+                   help=f"comma list (default: {ALL_DATASETS}; none when --prompts is given)")
+    b.add_argument("--prompts", default=None, metavar="FILE",
+                   help="your own prompts: JSON lines, each with a 'prompt' string (one user turn) or a 'messages' "
+                        "list of {role, content}, optional 'id'; benchmarked as one more set beside --datasets")
+    b.add_argument("--prompts-name", default=None, metavar="NAME",
+                   help="the set's name in records and summaries (default: the file's name without extension)")
     b.add_argument("--methods", default=None,
                    help=f"comma list; bare numbers extend the last budget: {DEFAULT_METHODS} (default), "
                         "also ddtree:B / caddtree with a drafter prefix lookup-, dflash-, mix- (e.g. mix-caddtree), "
@@ -119,9 +125,17 @@ def check_bench_args(args) -> dict:
     methods = parse_methods(args.methods or q["methods"])
     if args.perturb:
         methods += [f"caddtree@{p}" for p in PERTURB if f"caddtree@{p}" not in methods]
-    names = [d.strip() for d in args.datasets.split(",") if d.strip()]
-    if not names:
-        raise CaddtreeError(f"--datasets names no dataset: give some of {ALL_DATASETS}")
+    datasets = args.datasets if args.datasets is not None else "" if args.prompts else ALL_DATASETS
+    names = [d.strip() for d in datasets.split(",") if d.strip()]
+    own = None
+    if args.prompts:
+        own = args.prompts_name or Path(args.prompts).name.split(".")[0]
+        if own in names or own in ALL_DATASETS.split(","):
+            raise CaddtreeError(f"--prompts: the set name '{own}' is a built-in dataset's: pass --prompts-name")
+    elif args.prompts_name:
+        raise CaddtreeError("--prompts-name names the set of --prompts FILE: give the file too")
+    if not names and own is None:
+        raise CaddtreeError(f"--datasets names no dataset: give some of {ALL_DATASETS}, or --prompts FILE")
     if args.first_prompt < 0:
         raise CaddtreeError(f"--first-prompt must be >= 0, got {args.first_prompt}")
     if args.repeats < 1:
@@ -130,10 +144,12 @@ def check_bench_args(args) -> dict:
         raise CaddtreeError(f"--report: {args.out} holds no bench records: run the command without --report first")
     run = dict(num=args.num_prompts or q["num_prompts"], max_new=args.max_new_tokens or q["max_new_tokens"],
                methods=methods, sampling=SamplingParams(args.temperature, args.top_k, args.top_p),
-               part=_parse_part(args.part), names=names, first=args.first_prompt)
+               part=_parse_part(args.part), names=names + ([own] if own else []), first=args.first_prompt)
     first, num = run["first"], run["num"]
     run["prompts"] = {d: load_prompts(d, first + num, data_dir=args.data_dir)[first:] for d in names}
-    empty = [d for d in names if not run["prompts"][d]]
+    if own:
+        run["prompts"][own] = load_prompt_file(args.prompts)[first:first + num]
+    empty = [d for d in run["names"] if not run["prompts"][d]]
     if empty:
         raise CaddtreeError(f"--first-prompt {first} is past the last prompt of {', '.join(empty)}: lower it")
     return run

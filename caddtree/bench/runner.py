@@ -103,14 +103,19 @@ def merge_repeat(old: dict, run: dict) -> dict:
     return rec
 
 
+def item_ids(target, item: dict, encode):
+    """A prompt record's token ids: its `messages` through the chat template, else encode(its `prompt`)."""
+    return target.messages_ids(item["messages"]) if "messages" in item else encode(item["prompt"])
+
+
 def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[str], out_dir, max_new_tokens: int,
               sampling, seed: int = 0, turns: int = 1, encode=None, progress: bool = True,
               part: tuple[int, int] = (1, 1), repeats: int = 1) -> list[dict]:
     """Run every (dataset, prompt, method) not yet recorded in out_dir; returns all records of this config.
 
     target: a loaded Target; drafter_for('auto' (= --drafter) or a --drafter spec) -> Drafter;
-    cost_model_for(drafter) -> CostModel; prompts: {dataset: [{id, prompt[, turns]}]}; encode(text) -> prompt ids
-    (default target.chat_ids);
+    cost_model_for(drafter) -> CostModel; prompts: {dataset: [{id, prompt[, turns]} or {id, messages}]};
+    encode(text) -> prompt ids (default target.chat_ids);
     part (I, K): this process takes prompts I-1, I-1+K, ... of the round-robin order.
     repeats R: each prompt's methods run R times, the order reversed each time, and a method's record is its fastest
     run (`ms_per_token_runs` lists all; `match_ar` holds only if every run matched, `runs_identical` if every run gave
@@ -131,7 +136,7 @@ def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[
     total = repeats * sum(1 for _, ds, item in todo for m in methods if (ds, m, str(item["id"]), config) not in done)
     decoders = build_decoders(methods, target, drafter_for, cost_model_for) if todo else {}
     if todo:  # warm-up (untimed): first calls pay for allocation and kernel selection
-        ids = encode(todo[0][2]["prompt"])
+        ids = item_ids(target, todo[0][2], encode)
         for dec, _ in decoders.values():
             dec.generate(ids, 4, sampling, seed=seed)
     skipped, skip_recs = {}, []
@@ -139,7 +144,7 @@ def run_bench(target, drafter_for, cost_model_for, prompts: dict, methods: list[
     with open(path, "a") as f:
         for j, ds, item in todo:
             ids = (_second_turn_ids(target, item, max_new_tokens) if turns == 2 and len(item.get("turns") or []) > 1
-                   else encode(item["prompt"]))
+                   else item_ids(target, item, encode))
             key = (ds, str(item["id"]), config)
             run = lambda m: run_method(m, target, ids, max_new_tokens, sampling, seed, decoders.get(m), skipped)  # noqa: E731
             for rec in _run_prompt(key, len(ids), methods, j, repeats, done, refs, sampling.greedy, run, bar,

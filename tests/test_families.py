@@ -1,0 +1,127 @@
+"""Every Hugging Face causal-LM family we claim, token-identical to a cache-free plain greedy reference under ar,
+ddtree and caddtree, with sliding windows shorter and longer than the context (tiny random models, fp32, CPU).
+
+What it guards: the cache keeps every layer consistent through compaction (sliding-window layers included), the tree
+mask applies each layer's window (one mask for Mistral/Phi3, a mask per layer type for Qwen2/Gemma), and models whose
+attention refuses SDPA (Gemma2's softcapping) load with eager attention.
+"""
+import pytest
+import torch
+from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig,
+                          Phi3Config, Qwen2Config, Qwen3Config)
+
+from caddtree.costmodel import fit_cost_model
+from caddtree.engine import Decoder
+from caddtree.target import Target, _load_dir
+from caddtree.tree import build_tree
+from caddtree.verify import verify_tree
+from conftest import OracleDrafter, RandomDrafter, prompt, reference_greedy
+
+V, NEW, PROMPT = 64, 24, 12  # the context reaches 36 tokens
+BASE = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.3, bos_token_id=0,
+            eos_token_id=1, pad_token_id=0)
+
+
+def config(family: str, window: int | None):
+    if family == "llama":
+        return LlamaConfig(**BASE, tie_word_embeddings=True,
+                           rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
+                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                            "original_max_position_embeddings": 64})
+    if family == "qwen2":  # layers >= max_window_layers slide
+        return Qwen2Config(**BASE, use_sliding_window=window is not None, sliding_window=window or 4096,
+                           max_window_layers=1)
+    if family == "qwen3":
+        return Qwen3Config(**BASE, head_dim=8)
+    if family == "mistral":
+        return MistralConfig(**BASE, sliding_window=window)
+    if family == "phi3":
+        return Phi3Config(**BASE, sliding_window=window, pad_token_id_=None)
+    if family == "gemma2":
+        return Gemma2Config(**BASE, head_dim=8, sliding_window=window or 4096, query_pre_attn_scalar=8,
+                            attn_logit_softcapping=50.0, final_logit_softcapping=30.0)
+    if family == "gemma3":
+        return Gemma3TextConfig(**BASE, head_dim=8, sliding_window=window or 4096, query_pre_attn_scalar=8,
+                                layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+    raise ValueError(family)
+
+
+FAMILIES = ["llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3"]
+WINDOWED = {"qwen2", "mistral", "phi3", "gemma2", "gemma3"}
+WINDOWS = {"short": 6, "long": 64}  # shorter / longer than the 36-token context
+
+
+def tiny(family: str, window: int | None, seed: int = 0) -> Target:
+    torch.manual_seed(seed)
+    cfg = config(family, window)
+    attn = "eager" if family == "gemma2" else "sdpa"
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn).eval()
+    model.generation_config.eos_token_id = 1
+    return Target(model=model, tokenizer=None, name=f"tiny-{family}", fingerprint=f"tiny-{family}")
+
+
+COST = {"ns": [0, 1, 2, 4, 8, 16], "ctxs": [16, 256], "verify_ms": [[5, 6, 6.5, 7, 8, 10], [6, 7, 7.5, 8, 9.5, 12]],
+        "draft_ms": [1.0, 1.2], "overhead_ms": 0.2}
+
+
+def cases():
+    for family in FAMILIES:
+        for name, w in (WINDOWS.items() if family in WINDOWED else [("none", None)]):
+            yield pytest.param(family, w, id=f"{family}-{name}")
+
+
+@pytest.mark.parametrize("family, window", list(cases()))
+def test_every_method_is_token_identical_to_cache_free_greedy(family, window):
+    target = tiny(family, window)
+    if window is not None:
+        assert target.window[0] == window
+    cost = fit_cost_model(COST, {"target_fingerprint": target.fingerprint})
+    for seed in (0, 1):
+        p = prompt(seed, PROMPT, V)
+        want = reference_greedy(target, p, NEW)
+        decoders = {"ar": Decoder(target),
+                    "ddtree-oracle": Decoder(target, OracleDrafter(target, seed=seed), method="ddtree", budget=6),
+                    "ddtree-random": Decoder(target, RandomDrafter(V, seed=seed), method="ddtree", budget=8),
+                    "caddtree": Decoder(target, OracleDrafter(target, seed=seed), method="caddtree",
+                                        cost_model=cost)}
+        for name, dec in decoders.items():
+            got = dec.generate(p, NEW).tokens
+            assert got == want, (family, window, name, seed)
+        # the drafts were accepted and rejected along the way: the caches went through compaction with gaps
+        res = decoders["ddtree-oracle"].generate(p, NEW)
+        assert any(r.accepted > 0 for r in res.rounds) and any(r.accepted < r.tree_size for r in res.rounds)
+
+
+@pytest.mark.parametrize("family", sorted(WINDOWED))
+def test_tree_verify_logits_equal_each_nodes_own_forward_past_the_window(family):
+    """A 20-token context (window 6), a 12-node random tree on top: each node's verify logits equal a cache-free
+    forward of its own path (the window applies per layer type; the tree's other branches stay invisible)."""
+    target = tiny(family, 6, seed=1)
+    ctx_ids = prompt(3, 20, V)
+    cache = target.new_cache()
+    target.forward(ctx_ids[:-1], cache)
+    tree = build_tree(torch.log_softmax(torch.randn(5, V) * 3, -1), 12)
+    logits, _ = verify_tree(target, cache, int(ctx_ids[-1]), tree)
+    for i in range(len(tree)):
+        path, j = [], i
+        while j >= 0:
+            path.append(int(tree.tokens[j]))
+            j = int(tree.parents[j])
+        seq = torch.cat([ctx_ids, torch.tensor(path[::-1])])
+        with torch.no_grad():
+            ref = target.model(seq[None]).logits[0, -1].float()
+        torch.testing.assert_close(logits[i + 1], ref, rtol=1e-4, atol=1e-4)
+
+
+def test_a_model_that_refuses_sdpa_loads_with_eager_attention(tmp_path):
+    """Gemma2 with logit softcapping: transformers refuses SDPA; the loader falls back to eager, not a raw error."""
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config("gemma2", 6), attn_implementation="eager")
+    model.save_pretrained(tmp_path)
+    loaded = _load_dir(tmp_path, torch.float32)
+    assert loaded.config._attn_implementation in ("eager", "sdpa")
+    t = Target(model=loaded.eval(), tokenizer=None, name="g2", fingerprint="g2")
+    p = prompt(0, PROMPT, V)
+    assert Decoder(t, RandomDrafter(V), method="ddtree", budget=6).generate(p, 12).tokens == \
+        reference_greedy(t, p, 12)
