@@ -185,12 +185,24 @@ class DFlashModel(nn.Module):
         return inv[tokens]
 
     def init_from_target(self, target) -> None:
-        """Start from the target's last layers and final norm (same family), and the mean embedding as mask."""
+        """Start from the target's last layers and final norm, and the mean embedding as mask. The draft layers are
+        Llama-shaped (separate q/k/v/o and gate/up/down projections without biases, two RMSNorms): a target layer
+        must map onto them exactly (Llama, Mistral), else a one-line refusal naming what differs (Qwen2's biases,
+        Qwen3's and Gemma's extra norms, Phi3's fused projections), never a partial copy."""
         tl = target.model.model.layers
         for i, layer in enumerate(self.layers):
             src = tl[len(tl) - len(self.layers) + i]
             sd = {k.replace("self_attn.", "").replace("mlp.", ""): v for k, v in src.state_dict().items()}
-            layer.load_state_dict(sd, strict=False)
+            own = layer.state_dict()
+            extra, missing = sorted(set(sd) - set(own)), sorted(set(own) - set(sd))
+            shapes = [k for k in set(sd) & set(own) if sd[k].shape != own[k].shape]
+            if extra or missing or shapes:
+                what = (f"target weights the drafter has no place for: {', '.join(extra[:3])}" if extra else
+                        f"drafter weights the target lacks: {', '.join(missing[:3])}" if missing else
+                        f"shapes differ: {', '.join(shapes[:3])}")
+                raise CaddtreeError(f"--init target: a {target.config.model_type} layer does not map onto the "
+                                    f"drafter's Llama-shaped layers ({what}): use --init random")
+            layer.load_state_dict(sd)
         self.norm.weight.data.copy_(target.model.model.norm.weight.data)
         with torch.no_grad():
             self.mask_embedding.copy_(self._shared["embed"].mean(0))
@@ -210,7 +222,10 @@ class DFlashModel(nn.Module):
         return self.norm(x)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return F.linear(h, self._shared["head"].to(h.dtype))  # [..., K or V]
+        """h [..., H] -> [..., K or V], in the head's dtype (the target's: a bf16 target's head is not copied to
+        fp32 on every call)."""
+        head = self._shared["head"]
+        return F.linear(h.to(head.dtype), head)
 
     def full_log_probs(self, logits: torch.Tensor, eps: float = 1e-6, keep: torch.Tensor | None = None
                        ) -> torch.Tensor:
@@ -291,7 +306,8 @@ class DFlashDrafter(Drafter):
         self.reset(None)
 
     def reset(self, prompt_ids=None) -> None:
-        self.kv = None  # per layer (k, v) [g, C, d]
+        self.kv = None  # per layer (k, v) [g, C, d]: views of the first C positions of `kv_buf`
+        self.kv_buf = None  # per layer (k, v) [g, capacity, d]
         self.ctx_len = 0
         if self.calibration is not None:  # the rates describe the drafter on this target: keep them
             self.calibration.forget_pending()
@@ -305,10 +321,22 @@ class DFlashDrafter(Drafter):
         if features.shape[0] == 0:
             return
         pos = torch.arange(self.ctx_len, self.ctx_len + features.shape[0], device=dev)
-        new = [layer.context_kv(m.fuse(features), pos) for layer in m.layers]
-        self.kv = new if self.kv is None else [(torch.cat([k0, k1], 1), torch.cat([v0, v1], 1))
-                                               for (k0, v0), (k1, v1) in zip(self.kv, new)]
-        self.ctx_len += features.shape[0]
+        new = [layer.context_kv(m.fuse(features), pos) for layer in m.layers]  # per layer (k, v) [g, k, d]
+        old, n = self.ctx_len, features.shape[0]
+        if self.kv_buf is None or old + n > self.kv_buf[0][0].shape[1]:  # grow by doubling: appends copy k rows
+            cap = max(2 * (old + n), 256)
+            bufs = []
+            for i, (k1, v1) in enumerate(new):
+                kb = k1.new_empty(k1.shape[0], cap, k1.shape[2])
+                vb = v1.new_empty(v1.shape[0], cap, v1.shape[2])
+                if old:
+                    kb[:, :old], vb[:, :old] = self.kv[i]
+                bufs.append((kb, vb))
+            self.kv_buf = bufs
+        for (kb, vb), (k1, v1) in zip(self.kv_buf, new):
+            kb[:, old:old + n], vb[:, old:old + n] = k1, v1
+        self.ctx_len = old + n
+        self.kv = [(kb[:, :self.ctx_len], vb[:, :self.ctx_len]) for kb, vb in self.kv_buf]
 
     @torch.inference_mode()
     def propose(self, tokens: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:

@@ -14,6 +14,7 @@ from caddtree.drafter import LookupMixtureDrafter, PromptLookupDrafter
 from caddtree.errors import CaddtreeError
 from caddtree.target import DEFAULT_TARGET
 
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SHIPPED_DRAFTERS = Path(__file__).resolve().parent / "drafters"
 SHIPPED_DRAFTER = {DEFAULT_TARGET: SHIPPED_DRAFTERS / "smollm2-135m-instruct-dflash"}
 
@@ -36,6 +37,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="native: a GGUF target's linears read the file's 4/8-bit blocks as stored (exact, fewer bytes "
                         "per step); fp32: its dequantised fp32 weights (default auto: native for a GGUF target on "
                         "CPU)")
+    p.add_argument("--dtype", default="float32", choices=list(DTYPES),
+                   help="the target's compute dtype (default float32: the one whose exactness is guaranteed on CPU; "
+                        "others run PyTorch's kernels, whose results depend on the number of rows, so a speculative "
+                        "output may differ from plain decoding at a near-tie: reported as 'not guaranteed')")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
 

@@ -80,9 +80,11 @@ def size_grid(ns, group: int, boundaries: int = 3) -> list[int]:
 
 def device_label(target) -> str:
     """Profiles depend on the device and, on CPU, the thread count, the linear kernels, the weights (native GGUF
-    blocks or fp32) and the forward (lean or HF's)."""
+    blocks or fp32), the forward (lean or HF's) and the dtype (named when not fp32)."""
     dev = target.device
     forward = "-lean" if getattr(target, "lean", None) is not None else ""
+    if target.dtype != torch.float32:  # fp32 keys stay as they were
+        forward += f"-{str(target.dtype).removeprefix('torch.')}"
     if dev.type == "cuda":
         return f"cuda-{torch.cuda.get_device_name(dev).replace(' ', '_')}{forward}"
     kernel = f"-{kernel_version()}" if getattr(target, "packed", False) else ""

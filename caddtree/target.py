@@ -85,6 +85,23 @@ class Target:
         return cache
 
     @property
+    def exactness(self) -> str:
+        """'guaranteed' where a verify forward computes each row exactly as a plain step does (CPU, fp32, the
+        batch-invariant linear kernels and the lean forward's row attention); else 'not guaranteed (why)': the
+        outputs are still plain decoding's unless a near-tie flips an argmax between the two forwards."""
+        why = []
+        if self.device.type != "cpu":
+            why.append(f"{self.device.type}: cuBLAS/SDPA pick kernels by the number of rows")
+        if self.dtype != torch.float32:
+            why.append(f"{str(self.dtype).removeprefix('torch.')}: PyTorch's GEMM sums rows in a row-count dependent "
+                       f"order")
+        elif not self.packed:
+            why.append("the linears are PyTorch's (no CPU kernel)")
+        if not why and (self.lean is None or not self.lean.row_kernel):
+            why.append("attention through PyTorch's SDPA (equal to plain steps to fp32 rounding)")
+        return "guaranteed" if not why else f"not guaranteed ({'; '.join(why)})"
+
+    @property
     def window(self) -> tuple[int | None, bool]:
         """(sliding window W, or None; whether the model takes a mask per layer type). Models with `layer_types`
         (Qwen2/3, Gemma2/3) mix full and sliding layers and read a dict of masks; Mistral and Phi3 apply their

@@ -37,6 +37,10 @@ NO_SUCH_GPU = f"cuda:{torch.cuda.device_count() + 1000}"  # an index past every 
     (["profile", "--out", "/tmp"], "--out /tmp is a directory"),
     (["eval-drafter", "--drafter", "dflash", "--n", "0"], "--n must be >= 1, got 0"),
     (["eval-drafter", "--drafter", "dflash", "--budgets", "8,x"], "--budgets must be node counts >= 1"),
+    (["serve", "--port", "0"], "--port must lie in 1..65535, got 0"),
+    (["serve", "--max-queue", "0"], "--max-queue must be >= 1, got 0"),
+    (["bench", "--prompts", "/tmp/no/such/prompts.jsonl", "--out", "/tmp/no/such/run"], "no such file"),
+    (["bench", "--prompts-name", "x", "--out", "/tmp/no/such/run"], "give the file too"),
 ])
 def test_bad_input_one_line(argv, needle, capsys):
     assert main(argv) == 2

@@ -304,3 +304,22 @@ def test_rope_table_equals_direct_angles():
         cos, sin = torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
         want = x * cos + torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1) * sin
         assert torch.equal(rope(x, pos, theta), want)
+
+
+def test_context_cache_grows_in_place_and_equals_one_extend():
+    """The drafter's context K/V grow in a buffer (appending k positions copies k rows, not the context): fed in
+    rounds past the first capacity (256), it equals the cache of one extend of every feature."""
+    tg = tiny_target()
+    m = tiny_drafter(tg)
+    feats = torch.randn(300, m.fc.weight.shape[1])
+    d, whole = DFlashDrafter(m, calibrate=False), DFlashDrafter(m, calibrate=False)
+    d.reset(None), whole.reset(None)
+    whole.extend(feats)
+    ptrs = set()
+    for a, b in zip(range(0, 300, 7), list(range(7, 300, 7)) + [300]):
+        d.extend(feats[a:b])
+        ptrs.add(d.kv_buf[0][0].data_ptr())
+    assert d.ctx_len == 300 and len(ptrs) == 2  # one regrowth past 256
+    for (k, v), (kw, vw) in zip(d.kv, whole.kv):
+        torch.testing.assert_close(k, kw, rtol=0, atol=1e-6)
+        torch.testing.assert_close(v, vw, rtol=0, atol=1e-6)

@@ -11,6 +11,8 @@ from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, 
                           Phi3Config, Qwen2Config, Qwen3Config)
 
 from caddtree.costmodel import fit_cost_model
+from caddtree.dflash import DFlashConfig, DFlashModel
+from caddtree.errors import CaddtreeError
 from caddtree.engine import Decoder
 from caddtree.target import Target, _load_dir
 from caddtree.tree import build_tree
@@ -125,3 +127,37 @@ def test_a_model_that_refuses_sdpa_loads_with_eager_attention(tmp_path):
     p = prompt(0, PROMPT, V)
     assert Decoder(t, RandomDrafter(V), method="ddtree", budget=6).generate(p, 12).tokens == \
         reference_greedy(t, p, 12)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_drafter_init_from_target_copies_exactly_or_refuses(family):
+    """DFlash's --init target: Llama-shaped layers are copied whole; any other layout is refused in one line
+    (no silent partial copy: Qwen2's biases, Qwen3/Gemma norms, Phi3's fused projections)."""
+    target = tiny(family, None if family not in WINDOWED else 64)
+    c = DFlashConfig.for_target(target, num_layers=1, block_size=4)
+    model = DFlashModel(c).bind(target)
+    if family in ("llama", "mistral"):
+        model.init_from_target(target)
+        src = target.model.model.layers[-1]
+        assert torch.equal(model.layers[0].q_proj.weight, src.self_attn.q_proj.weight)
+        assert torch.equal(model.layers[0].down_proj.weight, src.mlp.down_proj.weight)
+    else:
+        with pytest.raises(CaddtreeError, match="--init target: a .* layer does not map onto"):
+            model.init_from_target(target)
+
+
+def test_exactness_is_claimed_only_where_rows_are_computed_alike():
+    """fp32 on the CPU kernels with the lean forward's row attention: guaranteed; bf16, PyTorch's linears or
+    HF's SDPA: 'not guaranteed' with the reason; the dtype keys the cost profile."""
+    from caddtree.kernels import pack_linears, packing_available
+    from caddtree.lean import LeanForward
+    from caddtree.profile import device_label
+    t = tiny("llama", None)
+    assert t.exactness.startswith("not guaranteed") and "PyTorch's" in t.exactness
+    if packing_available():
+        t.packed = pack_linears(t.model) > 0
+        t.lean = LeanForward(t.model)
+        assert t.exactness == ("guaranteed" if t.lean.row_kernel else t.exactness)
+    b = Target(model=tiny("qwen3", None).model.to(torch.bfloat16), tokenizer=None, name="b", fingerprint="b")
+    assert "bfloat16" in b.exactness and b.exactness.startswith("not guaranteed")
+    assert device_label(b).endswith("-bfloat16") and not device_label(t).endswith("float32")

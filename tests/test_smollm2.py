@@ -66,3 +66,22 @@ def test_bad_target_spec_is_one_line():
         load_target("./no/such/model")
     with pytest.raises(CaddtreeError, match="GGUF file not found"):
         load_target("/tmp/nothing-here.gguf")
+
+
+def test_native_weights_decode_as_the_unmodified_fp32_model(smollm2):
+    """The default SmolLM2 target runs the GGUF's own blocks (native weights, lean forward); its plain and tree
+    decoding give exactly what HF `generate` gives on the transformers model as loaded (fp32, PyTorch's linears)."""
+    from caddtree.kernels import packing_available
+    from caddtree.options import load_drafter_spec
+    from caddtree.target import load_target
+    if not packing_available():
+        pytest.skip("no CPU kernels here: the target runs fp32")
+    assert smollm2.weights == "native" and smollm2.lean is not None and smollm2.exactness == "guaranteed"
+    ref = load_target(weights="fp32", pack=False, lean=False)
+    drafter = load_drafter_spec("dflash+lookup", smollm2)
+    for prompt in PROMPTS[:2]:
+        ids = smollm2.chat_ids(prompt)
+        with torch.no_grad():
+            hf = ref.model.generate(ids[None], max_new_tokens=40, do_sample=False)[0, len(ids):].tolist()
+        assert Decoder(smollm2).generate(ids, 40).tokens == hf
+        assert Decoder(smollm2, drafter, method="ddtree", budget=6).generate(ids, 40).tokens == hf

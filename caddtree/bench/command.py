@@ -24,7 +24,7 @@ from caddtree.drafter import drafter_id
 from caddtree.errors import CaddtreeError
 from caddtree.files import cpu_name
 from caddtree.kernels import kernel_version, packing_available
-from caddtree.options import add_model_args, check_cost_model_arg, check_out_path, load_drafter_spec, setup_torch
+from caddtree.options import DTYPES, add_model_args, check_cost_model_arg, check_out_path, load_drafter_spec, setup_torch
 from caddtree.profile import ensure_cost_model
 from caddtree.target import load_target
 
@@ -189,6 +189,7 @@ def append_run_json(out: Path, args, run: dict, records: list[dict], target, cms
     """run.json: one entry per invocation (argv, times, machine, settings, the cost model's provenance)."""
     end = utc_timestamp()
     entry = {"argv": sys.argv, "start": start, "end": end, "machine": machine_info(), "target": target.name,
+             "weights": target.weights, "dtype": str(target.dtype), "exactness": target.exactness,
              "drafters": sorted({r["drafter"] for r in records if r.get("drafter")}), "methods": run["methods"],
              "datasets": run["names"], "num_prompts": run["num"], "first_prompt": run["first"],
              "max_new_tokens": run["max_new"], "repeats": args.repeats,
@@ -202,7 +203,7 @@ def cmd_bench(args) -> None:
     run = check_bench_args(args)  # fail fast, before loading models
     start = utc_timestamp()
     setup_torch(args)
-    target = load_target(args.target, device=args.device, weights=args.weights)
+    target = load_target(args.target, dtype=DTYPES[args.dtype], device=args.device, weights=args.weights)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cms = {}  # drafter class name -> the cost model the run used

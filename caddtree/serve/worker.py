@@ -50,7 +50,10 @@ class Job:
     cancelled: threading.Event = field(default_factory=threading.Event)
 
     def emit(self, kind: str, value) -> None:
-        self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+        except RuntimeError:  # the client's event loop is closed (server shut down): nobody is listening
+            self.cancelled.set()
 
     def cancel(self) -> None:
         """The client has gone: skip the job, or end it at the next round."""
