@@ -22,6 +22,7 @@ from scipy import stats
 
 from caddtree.accept import SamplingParams, target_choices, target_probs
 from caddtree.costmodel import CostModel
+from caddtree.drafter import LookupMixtureDrafter, PromptLookupDrafter
 from caddtree.engine import Decoder
 from conftest import RandomDrafter, make_tiny_target
 
@@ -314,3 +315,72 @@ def test_law_test_rejects_biased_samplers_and_accepts_an_unbiased_one():
     biased, _ = first_tokens(Decoder(target), E2E_PROMPT, at_t1, 2, E2E_N, seed0=10_000)
     why = law_test(biased, law)
     assert why is not None and why.startswith("chi2"), why
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# (c) Every drafter at the usual sampling settings, with power against any rule 0.03 off in total variation
+# ---------------------------------------------------------------------------------------------------------------
+
+TV_N = 4000
+TV_PROMPT = [2, 3, 4, 5, 2, 3, 4, 5, 2, 3]  # repeats: prompt lookup proposes (its drafts are accepted and rejected)
+TV_CONFIGS = {"T0.7": (0.7, 4, 0.95), "T1.0": (1.0, 5, 0.95)}
+
+
+def tv_alternatives(law: dict, delta: float = 0.03) -> dict[str, dict]:
+    """Laws at total variation `delta` from `law` that a chi-square finds hardest: `delta` of mass moved from the
+    most likely outcome to the second, and from it to the least likely possible outcome (no impossible outcome, so
+    only the chi-square can reject them)."""
+    order = sorted(law, key=law.get, reverse=True)
+    out = {}
+    for name, dst in (("top -> second", order[1]), ("top -> rarest", order[-1])):
+        alt = dict(law)
+        alt[order[0]] -= delta
+        alt[dst] += delta
+        out[name] = alt
+    return out
+
+
+def tv_decoders(target):
+    cv = np.r_[10.0, 10.0 + 0.1 * np.arange(1, 17)]
+    cost = CostModel([1], cv[None], np.zeros(17), [0.0], [0.0])
+    V = target.vocab_size
+    mix = LookupMixtureDrafter(RandomDrafter(V, num_positions=3, seed=3), PromptLookupDrafter(V, num_positions=3))
+    return {"ddtree": Decoder(target, RandomDrafter(V, num_positions=3, seed=1), method="ddtree", budget=8),
+            "caddtree": Decoder(target, RandomDrafter(V, num_positions=3, seed=2), method="caddtree", cost_model=cost),
+            "lookup": Decoder(target, PromptLookupDrafter(V, num_positions=3), method="ddtree", budget=6),
+            "mix": Decoder(target, mix, method="caddtree", cost_model=cost)}
+
+
+@pytest.mark.parametrize("config", list(TV_CONFIGS))
+def test_every_drafter_keeps_the_law_with_power_against_tv_003(config):
+    """The first two tokens of DDTree (random drafts), CaDDTree, prompt lookup and the lookup mix at T = 0.7 (top-k 4,
+    top-p 0.95) and T = 1.0 (top-k 5, top-p 0.95) on make_tiny_target(4, vocab=6, layers=1) follow the hand-computed
+    law: N = 4000 generations per decoder, law test at α = 1e-3.
+
+    Power against a rule at total variation 0.03 from the law (`tv_alternatives`: mass moved between possible
+    outcomes, so only the chi-square can see it), simulated once with 1000 histograms of N draws: T0.7 (12
+    outcomes) top -> second 0.930, top -> rarest 1.000; T1.0 (19 outcomes) 0.956 and 1.000; the law itself rejected
+    0.3% and 0.2% of the time. `test_tv_003_power_is_at_least_09` re-checks ≥ 0.9 on 1000 histograms."""
+    temperature, top_k, top_p = TV_CONFIGS[config]
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
+    target = make_tiny_target(E2E_SEED, vocab=E2E_VOCAB, layers=1, eos=None)
+    law = reference_sequence_law(target.model, TV_PROMPT, 2, temperature, top_k, top_p)
+    failed = {}
+    for name, dec in tv_decoders(target).items():
+        hist, accepted = first_tokens(dec, TV_PROMPT, params, 2, TV_N, seed0=20_000)
+        why = law_test(hist, law)
+        if why is not None:
+            failed[name] = why
+        assert accepted >= 0.1 * TV_N, (name, accepted)  # tree nodes decided the second token often enough
+    assert not failed, f"{config}: {failed}"
+
+
+@pytest.mark.parametrize("config", list(TV_CONFIGS))
+def test_tv_003_power_is_at_least_09(config):
+    temperature, top_k, top_p = TV_CONFIGS[config]
+    target = make_tiny_target(E2E_SEED, vocab=E2E_VOCAB, layers=1, eos=None)
+    law = reference_sequence_law(target.model, TV_PROMPT, 2, temperature, top_k, top_p)
+    gen = torch.Generator().manual_seed(7)
+    for name, alt in tv_alternatives(law).items():
+        power = np.mean([law_test(multinomial_histogram(alt, TV_N, gen), law) is not None for _ in range(1000)])
+        assert power >= 0.9, (config, name, power)
