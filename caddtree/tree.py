@@ -137,16 +137,23 @@ def build_tree(log_probs: torch.Tensor | SparseMarginals, budget: int, stop=None
 
 
 def ancestor_mask(parents: torch.Tensor) -> torch.Tensor:
-    """parents [n] -> bool [n + 1, n + 1] over [root, nodes]: True where the row may attend (itself and ancestors)."""
+    """parents [n] -> bool [n + 1, n + 1] over [root, nodes]: True where the row may attend (itself and ancestors).
+
+    Vectorised over the nodes (one step per tree level, on the parents' device): every node's chain of ancestors is
+    followed one level at a time, all nodes at once."""
     n = parents.shape[0]
-    mask = torch.zeros(n + 1, n + 1, dtype=torch.bool)
+    dev = parents.device
+    mask = torch.eye(n + 1, dtype=torch.bool, device=dev)
     mask[:, 0] = True
-    mask[0, 0] = True
-    for i, p in enumerate(parents.tolist()):  # parents come before children, so their rows are complete
-        row = i + 1
-        if p >= 0:
-            mask[row] = mask[p + 1]
-        mask[row, row] = True
+    rows = torch.arange(1, n + 1, device=dev)
+    up = parents.clone()  # [n]: each node's ancestor at the current level (-1 = the root, reached)
+    up_ext = torch.cat([torch.full((1,), -1, dtype=parents.dtype, device=dev), parents])  # index p + 1 -> parent of p
+    for _ in range(n):
+        live = up >= 0
+        if not bool(live.any()):
+            break
+        mask[rows[live], up[live] + 1] = True
+        up = torch.where(live, up_ext[up + 1], up)
     return mask
 
 
@@ -157,8 +164,11 @@ def verify_inputs(root: int, tree: Tree, ctx: int, device=None, dtype=torch.floa
     (0 = attend, -inf = blocked): the whole past plus ancestors only. A float mask, not bool: HF eager attention
     silently mis-reads 4-D bool masks.
     """
-    ids = torch.cat([torch.tensor([root]), tree.tokens])
-    pos = ctx + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])
-    allowed = torch.cat([torch.ones(len(tree) + 1, ctx, dtype=torch.bool), ancestor_mask(tree.parents)], dim=1)
-    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, float("-inf"))
-    return ids.to(device), pos.to(device), mask.to(device)
+    n = len(tree)
+    ids = torch.cat([torch.tensor([root]), tree.tokens]).to(device)
+    pos = (ctx + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])).to(device)
+    # only the [n + 1, n + 1] tree block travels to the device; the past's columns are filled there
+    tree_block = ancestor_mask(tree.parents).to(device)
+    mask = torch.zeros(n + 1, ctx + n + 1, dtype=dtype, device=device)
+    mask[:, ctx:].masked_fill_(~tree_block, float("-inf"))
+    return ids, pos, mask

@@ -1,7 +1,8 @@
 """The README's headline table from a run's summary.csv (run `caddtree bench ... --report` first); the peer columns
 (HF generate, HF prompt lookup, llama.cpp), CaDDTree with prompt lookup and CaDDTree without the draft gate
-(`caddtree@nogate`) appear where the run has them. With --short: only plain decoding, the peers, the best fixed
-budget, CaDDTree, their ratio (medians) and the exact-match count (the top-level README's tables).
+(`caddtree@nogate`) appear where the run has them, plain decoding on fp32 weights (`ar-fp32`) too, and with llama.cpp
+the ratios of plain decoding's and CaDDTree's medians to its. With --short: only plain decoding, the peers, the best
+fixed budget, CaDDTree, their ratio (medians) and the exact-match count (the top-level README's tables).
 Run from the repository root: python scripts/headline_table.py results/bench-amd512-shipped [--short]"""
 import csv
 import sys
@@ -14,6 +15,8 @@ PEERS = {"hf": "HF generate", "hf-lookup": "HF prompt lookup", "llamacpp": "llam
 peers = [m for m in PEERS if any(r["method"] == m for r in rows)]
 lookup = not short and any(r["method"] == "lookup-caddtree" for r in rows)
 nogate = not short and any(r["method"] == "caddtree@nogate" for r in rows)
+fp32 = any(r["method"] == "ar-fp32" for r in rows)
+vs_llama = "llamacpp" in peers
 
 
 def ms(ds, m):
@@ -30,10 +33,12 @@ def tree(ds, m):
 
 
 ratio_head = "CaDDTree / best fixed" if short else "CaDDTree / oracle: medians; per prompt [90% CI]"
-header = (["dataset", "n", "plain (ar)"] + [PEERS[m] for m in peers]
+header = (["dataset", "n", "plain (ar)"] + (["plain, fp32 weights"] if fp32 else []) + [PEERS[m] for m in peers]
           + ["best fixed budget, mix (oracle)", "CaDDTree, mix + gate", ratio_head]
           + (["CaDDTree, mix, no gate (/ oracle: medians)"] if nogate else [])
-          + (["CaDDTree, prompt lookup"] if lookup else []) + ["exact match (all our speculative methods)"])
+          + (["CaDDTree, prompt lookup"] if lookup else [])
+          + (["plain / llama.cpp", "CaDDTree / llama.cpp"] if vs_llama else [])
+          + ["exact match (all our methods vs plain)"])
 print("| " + " | ".join(header) + " |")
 print("|---|" + "---:|" * (len(header) - 1))
 for ds in dict.fromkeys(r["dataset"] for r in rows):
@@ -45,9 +50,13 @@ for ds in dict.fromkeys(r["dataset"] for r in rows):
                                                     f"[{float(c['paired_ci_low']):.2f}, {float(c['paired_ci_high']):.2f}]")
     ours = [r for r in rows if r["dataset"] == ds and r["compared"] and r["method"] not in ("ar", *PEERS)]
     exact = f"{sum(int(r['match']) for r in ours)}/{sum(int(r['compared']) for r in ours)}"
-    cells = ([ds, ar["n"], f"{float(ar['ms_per_token']):.1f}"] + [ms(ds, m) for m in peers]
+    llama = float(by[(ds, "llamacpp")]["ms_per_token"]) if vs_llama else None
+    cells = ([ds, ar["n"], f"{float(ar['ms_per_token']):.1f}"] + ([ms(ds, "ar-fp32")] if fp32 else [])
+             + [ms(ds, m) for m in peers]
              + [oracle, ms(ds, 'caddtree') if short else f"{ms(ds, 'caddtree')}, {tree(ds, 'caddtree')}", ratio]
              + ([f"{ms(ds, 'caddtree@nogate')}, {tree(ds, 'caddtree@nogate')} "
                  f"({float(by[(ds, 'caddtree@nogate')]['ratio_to_oracle']):.3f})"] if nogate else [])
-             + ([f"{ms(ds, 'lookup-caddtree')}, {tree(ds, 'lookup-caddtree')}"] if lookup else []) + [exact])
+             + ([f"{ms(ds, 'lookup-caddtree')}, {tree(ds, 'lookup-caddtree')}"] if lookup else [])
+             + ([f"{float(ar['ms_per_token']) / llama:.2f}", f"{float(c['ms_per_token']) / llama:.2f}"]
+                if vs_llama else []) + [exact])
     print("| " + " | ".join(cells) + " |")
