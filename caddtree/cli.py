@@ -9,7 +9,6 @@ import json
 import sys
 from pathlib import Path
 
-import uvicorn
 
 from caddtree.accept import SamplingParams
 from caddtree.bench.command import add_bench_parser
@@ -18,7 +17,7 @@ from caddtree.errors import CaddtreeError
 from caddtree.options import (DTYPES, add_method_args, add_model_args, check_cost_model_arg, check_out_path,
                               describe_drafter, load_drafter_spec, setup_torch)
 from caddtree.profile import ensure_cost_model
-from caddtree.serve.app import create_app
+from caddtree.serve.app import create_app, serve
 from caddtree.serve.worker import Worker
 from caddtree.target import load_target
 from caddtree.train.command import add_eval_parser, add_train_parser
@@ -115,13 +114,12 @@ def cmd_serve(args) -> None:
         raise CaddtreeError(f"--max-queue must be >= 1, got {args.max_queue}")
     target = load_target(args.target, dtype=DTYPES[args.dtype], device=args.device, weights=args.weights)
     drafter = load_drafter_spec(args.drafter, target) if args.method != "ar" else None
-    worker = Worker(make_decoder(args, target, drafter), max_queue=args.max_queue)
+    worker = Worker(make_decoder(args, target, drafter), max_queue=args.max_queue, start=False)  # decodes here
     name = args.served_model_name or target.name
     print(f"caddtree: serving {name} ({args.method}" + (f", drafter {describe_drafter(args.drafter, target)}"
                                                          if drafter else "")
           + f") on http://{args.host}:{args.port}/v1", file=sys.stderr)
-    uvicorn.run(create_app(worker, name, target.max_context), host=args.host, port=args.port,
-                timeout_graceful_shutdown=args.graceful_timeout, log_level="warning")
+    serve(worker, create_app(worker, name, target.max_context), args.host, args.port, args.graceful_timeout)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,9 +7,10 @@ own, the rest inside the linears and the KV cache. A layer here is: rms_norm, on
 together (cos/sin from the model's own `rotary_emb`, once per forward), the KV cache update, grouped-query SDPA without
 repeating the KV heads (as `caddtree.target.grouped_sdpa`), o_proj, residual, rms_norm, one fused gate/up linear,
 silu(gate) * up, down, residual. The linears are the model's own modules (nn.Linear, PackedLinear or a quantized
-linear), fused once by `caddtree.kernels.fuse_linears`. SmolLM2-135M fp32 with packed linears, context 300, 1 thread,
-median of 50 on a shared 2-core AMD EPYC (`python tests/test_lean.py`): one-token step 48.9 ms (HF) -> 39.2 ms; with
-stub linears (the overhead alone, attention included) 14.0 -> 7.8 ms.
+linear), fused once by `caddtree.kernels.fuse_linears`. SmolLM2-135M on its native Q4_1 blocks, context 300, a
+shared 2-core AMD EPYC (`python scripts/step_profile.py`, results/bench-amd512-native/step_profile.md): one-token
+step 21.8 ms (HF forward) -> 15.0 ms on 2 threads, 27.9 -> 18.9 on 1; the time outside linears and attention
+8.6 -> 4.1 ms.
 
 Exactness (batch invariance): a plain step (n = 1, no mask) and a tree verify (n > 1, ancestor mask) must give a token
 the same logits bit for bit. Norms, RoPE and silu compute each row alone; the linears do where they are

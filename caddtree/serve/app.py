@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import threading
 import time
 import uuid
 from contextlib import asynccontextmanager
+
+import uvicorn
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,6 +27,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from caddtree.accept import SamplingParams
+from caddtree.errors import CaddtreeError
 from caddtree.serve.schemas import BadRequest, ChatRequest, CompletionRequest, Common
 from caddtree.serve.worker import Job, QueueFull, ShuttingDown, Worker
 
@@ -216,3 +221,30 @@ async def stream(job: Job, head: dict, chat: bool, usage: bool):
         yield "data: [DONE]\n\n"
     finally:
         job.cancel()  # no-op once the job is done; ends it at the next round if the client has gone
+
+
+def serve(worker: Worker, app: FastAPI, host: str, port: int, graceful_timeout: float = 30.0) -> None:
+    """Run the HTTP server in a thread and `worker` (made with start=False) on this, the main, thread until SIGTERM or
+    Ctrl-C: uvicorn then stops taking connections, lets running streams finish (up to `graceful_timeout` s), and its
+    lifespan shutdown closes the worker, which ends this call. A second signal ends the streams at once."""
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                           timeout_graceful_shutdown=graceful_timeout))
+    http = threading.Thread(target=server.run, name="caddtree-http", daemon=True)
+    http.start()
+    while not server.started:
+        if not http.is_alive():
+            raise CaddtreeError(f"cannot serve on {host}:{port} (in use, or not an address of this machine): "
+                                f"pass another --port or --host")
+        time.sleep(0.05)
+
+    def on_signal(signum, frame):
+        if server.should_exit:
+            server.force_exit = True
+        server.should_exit = True
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        worker.run(alive=http.is_alive)
+        http.join(graceful_timeout + 5)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
