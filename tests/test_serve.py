@@ -194,6 +194,8 @@ BAD = [  # (endpoint, body or raw text, the field the error must name)
     ("chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "stop": 5}, "stop"),
     ("completions", {"model": "tiny"}, "prompt"),
     ("completions", {"model": "tiny", "prompt": ["a", "b"]}, "prompt"),
+    ("completions", {"model": "tiny", "prompt": []}, "prompt"),
+    ("completions", {"model": "tiny", "prompt": ""}, "prompt"),
     ("completions", {"model": "tiny", "prompt": [5, 9999]}, "prompt"),
     ("completions", {"model": "tiny", "prompt": "x", "max_tokens": -3}, "max_tokens"),
 ]

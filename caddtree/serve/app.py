@@ -121,7 +121,9 @@ def create_app(worker: Worker, model_name: str, max_context: int) -> FastAPI:
 
     def completion_ids(req: CompletionRequest):
         p = req.prompt
-        if isinstance(p, list) and p and isinstance(p[0], int):  # token ids
+        if isinstance(p, list) and not p:
+            raise BadRequest("the prompt is empty", "prompt")
+        if isinstance(p, list) and isinstance(p[0], int):  # token ids
             bad = [t for t in p if not 0 <= t < target.vocab_size]
             if bad:
                 raise BadRequest(f"prompt token id {bad[0]} is outside the vocabulary [0, {target.vocab_size})",
@@ -229,7 +231,13 @@ def serve(worker: Worker, app: FastAPI, host: str, port: int, graceful_timeout: 
     lifespan shutdown closes the worker, which ends this call. A second signal ends the streams at once."""
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                            timeout_graceful_shutdown=graceful_timeout))
-    http = threading.Thread(target=server.run, name="caddtree-http", daemon=True)
+
+    def run_http():
+        try:
+            server.run()
+        except SystemExit:  # uvicorn's exit when it cannot bind: reported below, in one line
+            pass
+    http = threading.Thread(target=run_http, name="caddtree-http", daemon=True)
     http.start()
     while not server.started:
         if not http.is_alive():
