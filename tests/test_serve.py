@@ -43,8 +43,8 @@ VOCAB = 3 + len(CHARS)  # <s>, </s>, <unk>, then one token per character
 TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
             "{% if add_generation_prompt %}assistant:{% endif %}")
 MAX_POS = 256
-COST = {"ns": [0, 1, 2, 4, 8, 16], "ctxs": [16, 1024], "verify_ms": [[10, 12, 13, 16, 22, 34], [12, 14, 15, 18, 24, 36]],
-        "draft_ms": [5.0, 6.0], "overhead_ms": 0.5, "cheap_draft_ms": [0.2, 0.2]}
+COST = {"ns": [0, 1, 2, 4, 8, 16], "ctxs": [16, 1024], "draft_ms": [5.0, 6.0], "overhead_ms": 0.5,
+        "verify_ms": [[10, 12, 13, 16, 22, 34], [12, 14, 15, 18, 24, 36]], "cheap_draft_ms": [0.2, 0.2]}
 
 
 def char_tokenizer() -> PreTrainedTokenizerFast:
