@@ -9,17 +9,15 @@ import json
 import sys
 from pathlib import Path
 
-
 from caddtree.accept import SamplingParams
 from caddtree.bench.command import add_bench_parser
 from caddtree.engine import Decoder, GenerationResult
 from caddtree.errors import CaddtreeError
-from caddtree.options import (DTYPES, add_method_args, add_model_args, check_cost_model_arg, check_out_path,
-                              describe_drafter, load_drafter_spec, setup_torch)
+from caddtree.options import (add_method_args, add_model_args, check_cost_model_arg, check_out_path,
+                              describe_drafter, load_drafter_spec, load_target_from, setup_torch)
 from caddtree.profile import ensure_cost_model
 from caddtree.serve.app import create_app, serve
 from caddtree.serve.worker import Worker
-from caddtree.target import load_target
 from caddtree.train.command import add_eval_parser, add_train_parser
 
 EXAMPLE_PROMPT = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
@@ -73,7 +71,7 @@ def compare_with_plain(target, ids, args, sampling, res: GenerationResult, repor
 
 def cmd_generate(args) -> None:
     sampling = check_generate_args(args)
-    target = load_target(args.target, dtype=DTYPES[args.dtype], device=args.device, weights=args.weights)
+    target = load_target_from(args)
     drafter = load_drafter_spec(args.drafter, target) if args.method != "ar" else None
     decoder = make_decoder(args, target, drafter)
     ids = target.chat_ids(args.prompt if args.prompt is not None else EXAMPLE_PROMPT, template=not args.raw)
@@ -94,7 +92,7 @@ def cmd_generate(args) -> None:
 def cmd_profile(args) -> None:
     check_out_path(args.out, "--out", directory=False)
     setup_torch(args)
-    target = load_target(args.target, dtype=DTYPES[args.dtype], device=args.device, weights=args.weights)
+    target = load_target_from(args)
     drafter = load_drafter_spec(args.drafter, target)
     model = ensure_cost_model(target, drafter, path=args.out, preset=args.preset, force=True)
     for ctx in model.ctxs:
@@ -112,7 +110,7 @@ def cmd_serve(args) -> None:
         raise CaddtreeError(f"--port must lie in 1..65535, got {args.port}")
     if args.max_queue < 1:
         raise CaddtreeError(f"--max-queue must be >= 1, got {args.max_queue}")
-    target = load_target(args.target, dtype=DTYPES[args.dtype], device=args.device, weights=args.weights)
+    target = load_target_from(args)
     drafter = load_drafter_spec(args.drafter, target) if args.method != "ar" else None
     worker = Worker(make_decoder(args, target, drafter), max_queue=args.max_queue, start=False)  # decodes here
     name = args.served_model_name or target.name

@@ -27,6 +27,7 @@ from caddtree.drafter import Drafter, OnlineCalibration, calibration_keep, shrin
 from caddtree.errors import CaddtreeError
 from caddtree.files import atomic_write
 from caddtree.kernels import PackedLinear, pack_linears, q8_0, quantize_linears
+from caddtree.target import append_rows
 
 NEG = -1e9  # additive mask value (finite: a fully masked row cannot occur, but -inf would turn it into NaN)
 
@@ -322,21 +323,13 @@ class DFlashDrafter(Drafter):
             return
         pos = torch.arange(self.ctx_len, self.ctx_len + features.shape[0], device=dev)
         new = [layer.context_kv(m.fuse(features), pos) for layer in m.layers]  # per layer (k, v) [g, k, d]
-        old, n = self.ctx_len, features.shape[0]
-        if self.kv_buf is None or old + n > self.kv_buf[0][0].shape[1]:  # grow by doubling: appends copy k rows
-            cap = max(2 * (old + n), 256)
-            bufs = []
-            for i, (k1, v1) in enumerate(new):
-                kb = k1.new_empty(k1.shape[0], cap, k1.shape[2])
-                vb = v1.new_empty(v1.shape[0], cap, v1.shape[2])
-                if old:
-                    kb[:, :old], vb[:, :old] = self.kv[i]
-                bufs.append((kb, vb))
-            self.kv_buf = bufs
-        for (kb, vb), (k1, v1) in zip(self.kv_buf, new):
-            kb[:, old:old + n], vb[:, old:old + n] = k1, v1
-        self.ctx_len = old + n
-        self.kv = [(kb[:, :self.ctx_len], vb[:, :self.ctx_len]) for kb, vb in self.kv_buf]
+        old_kv = self.kv or [(None, None)] * len(new)
+        old_buf = self.kv_buf or [(None, None)] * len(new)
+        grown = [(append_rows(kb, k0, k1), append_rows(vb, v0, v1))  # appends copy k rows, not the context
+                 for (kb, vb), (k0, v0), (k1, v1) in zip(old_buf, old_kv, new)]
+        self.kv_buf = [(kb, vb) for (kb, _), (vb, _) in grown]
+        self.kv = [(k, v) for (_, k), (_, v) in grown]
+        self.ctx_len += features.shape[0]
 
     @torch.inference_mode()
     def propose(self, tokens: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:

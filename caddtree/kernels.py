@@ -181,11 +181,16 @@ def fuse_linears(parts: list[nn.Module]) -> nn.Module:
             return fused
     kinds = {p.kind if type(p) is PackedLinear else None for p in parts}
     if all(type(p) is PackedLinear for p in parts) and len(kinds) == 1:
-        biases = [p.bias for p in parts]
-        bias = None if all(b is None for b in biases) else torch.cat(
-            [b if b is not None else p.weight.new_zeros(p.out_features) for b, p in zip(biases, parts)])
-        return PackedLinear(torch.cat([p.weight.detach() for p in parts]), bias, kinds.pop())
+        return PackedLinear(torch.cat([p.weight.detach() for p in parts]), cat_biases(parts), kinds.pop())
     return FusedLinear(parts)
+
+
+def cat_biases(parts: list[nn.Module]) -> torch.Tensor | None:
+    """The biases of linears fused row-wise, zeros for a part without one; None if no part has a bias."""
+    ref = next((p.bias for p in parts if p.bias is not None), None)
+    if ref is None:
+        return None
+    return torch.cat([p.bias.detach() if p.bias is not None else ref.new_zeros(p.out_features) for p in parts])
 
 
 # ------------------------------------------------------------------------------------------- GGUF blocks as stored
@@ -219,11 +224,9 @@ class QuantLinear(nn.Module):
         """The parts as one linear (rows concatenated), or None where their block types or widths differ."""
         if len({(p.ggml_type, p.in_features) for p in parts}) != 1:
             return None
-        cat = (lambda ts, n: None if all(t is None for t in ts) else torch.cat(
-            [t.detach() if t is not None else torch.zeros(n(p)) for t, p in zip(ts, parts)]))
-        bias = cat([p.bias for p in parts], lambda p: p.out_features)
         weight = None if any(p.weight is None for p in parts) else torch.cat([p.weight.detach() for p in parts])
-        return cls(torch.cat([p.blocks for p in parts]), parts[0].ggml_type, parts[0].in_features, bias, weight)
+        return cls(torch.cat([p.blocks for p in parts]), parts[0].ggml_type, parts[0].in_features, cat_biases(parts),
+                   weight)
 
     def dequantized(self) -> torch.Tensor:
         """W [N, K] fp32 exactly as the kernel reads it."""

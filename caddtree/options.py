@@ -12,7 +12,7 @@ import torch
 from caddtree.dflash import load_drafter
 from caddtree.drafter import LookupMixtureDrafter, PromptLookupDrafter
 from caddtree.errors import CaddtreeError
-from caddtree.target import DEFAULT_TARGET
+from caddtree.target import DEFAULT_TARGET, load_target
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SHIPPED_DRAFTERS = Path(__file__).resolve().parent / "drafters"
@@ -43,6 +43,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "output may differ from plain decoding at a near-tie: reported as 'not guaranteed')")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+
+
+def load_target_from(args):
+    """The target `add_model_args`' options name (--target, --dtype, --device, --weights)."""
+    return load_target(args.target, dtype=DTYPES[args.dtype], device=args.device, weights=args.weights)
 
 
 def add_method_args(p: argparse.ArgumentParser) -> None:

@@ -221,25 +221,27 @@ class GrowingLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
             self.buf_k = self.buf_v = None
-        n_old, n = self.keys.shape[-2] if self.keys.dim() == 4 else 0, key_states.shape[-2]
-        if not self._is_prefix(n_old + n):
-            cap = max(2 * (n_old + n), 256)
-            shape = (*key_states.shape[:-2], cap, key_states.shape[-1])
-            buf_k = key_states.new_empty(shape)
-            buf_v = value_states.new_empty((*shape[:-1], value_states.shape[-1]))
-            if n_old:
-                buf_k[..., :n_old, :], buf_v[..., :n_old, :] = self.keys, self.values
-            self.buf_k, self.buf_v = buf_k, buf_v
-        self.buf_k[..., n_old:n_old + n, :] = key_states
-        self.buf_v[..., n_old:n_old + n, :] = value_states
-        self.keys, self.values = self.buf_k[..., :n_old + n, :], self.buf_v[..., :n_old + n, :]
+        old_k, old_v = (self.keys, self.values) if self.keys.dim() == 4 else (None, None)
+        self.buf_k, self.keys = append_rows(self.buf_k, old_k, key_states)
+        self.buf_v, self.values = append_rows(self.buf_v, old_v, value_states)
         return self.keys, self.values
 
-    def _is_prefix(self, need: int) -> bool:
-        """keys/values are still prefix views of the buffers and the buffers can hold `need` rows."""
-        b = self.buf_k
-        return (b is not None and need <= b.shape[-2] and self.keys.data_ptr() == b.data_ptr()
-                and self.values.data_ptr() == self.buf_v.data_ptr() and self.keys.stride() == b.stride())
+
+def append_rows(buf: torch.Tensor | None, old: torch.Tensor | None, new: torch.Tensor):
+    """Append new [..., n, d] after old [..., m, d] along dim -2 -> (buffer [..., capacity, d], view of its first
+    m + n rows). In place when `old` is still a prefix view of `buf` with room for n more rows (then only n rows are
+    copied); else a buffer of twice the rows (at least 256) is allocated and `old` copied in. Shared by the target's
+    KV cache (`GrowingLayer`) and the DFlash drafter's context cache."""
+    m, n = (0 if old is None else old.shape[-2]), new.shape[-2]
+    prefix = (buf is not None and m + n <= buf.shape[-2] and (old is None or (
+        old.data_ptr() == buf.data_ptr() and old.stride() == buf.stride())))
+    if not prefix:
+        grown = new.new_empty((*new.shape[:-2], max(2 * (m + n), 256), new.shape[-1]))
+        if m:
+            grown[..., :m, :] = old
+        buf = grown
+    buf[..., m:m + n, :] = new
+    return buf, buf[..., :m + n, :]
 
 
 def grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):

@@ -146,14 +146,11 @@ def ancestor_mask(parents: torch.Tensor) -> torch.Tensor:
     mask = torch.eye(n + 1, dtype=torch.bool, device=dev)
     mask[:, 0] = True
     rows = torch.arange(1, n + 1, device=dev)
-    up = parents.clone()  # [n]: each node's ancestor at the current level (-1 = the root, reached)
-    up_ext = torch.cat([torch.full((1,), -1, dtype=parents.dtype, device=dev), parents])  # index p + 1 -> parent of p
-    for _ in range(n):
-        live = up >= 0
-        if not bool(live.any()):
-            break
-        mask[rows[live], up[live] + 1] = True
-        up = torch.where(live, up_ext[up + 1], up)
+    parent_of = torch.cat([parents.new_full((1,), -1), parents])  # [n + 1] over [root, nodes]; the root's: -1
+    up = parents  # [n]: each node's ancestor at the current level; -1 once past the root (column 0, already set)
+    while bool((up >= 0).any()):
+        mask[rows, up + 1] = True
+        up = parent_of[up + 1]
     return mask
 
 

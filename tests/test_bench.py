@@ -358,7 +358,7 @@ def test_split_run_parts_cover_every_prompt_once_round_robin(tmp_path, data_dir,
         bench_command._parse_part("3/2")
     # --report: the combined summary of both parts, without running anything
     from caddtree.cli import build_parser
-    monkeypatch.setattr("caddtree.bench.command.load_target", lambda *a, **k: target)
+    monkeypatch.setattr("caddtree.bench.command.load_target_from", lambda args: target)
     monkeypatch.setattr("caddtree.bench.command.ensure_cost_model", lambda *a, **k: cost)
     argv = ["bench", "--report", "--out", str(tmp_path / "out"), "--datasets", "gsm8k,math500", "--methods",
             "ar,ddtree:4", "--num-prompts", "2", "--max-new-tokens", "6", "--data-dir", str(data_dir), "--drafter",

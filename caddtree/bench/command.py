@@ -24,9 +24,9 @@ from caddtree.drafter import drafter_id
 from caddtree.errors import CaddtreeError
 from caddtree.files import cpu_name
 from caddtree.kernels import kernel_version, packing_available
-from caddtree.options import DTYPES, add_model_args, check_cost_model_arg, check_out_path, load_drafter_spec, setup_torch
+from caddtree.options import (add_model_args, check_cost_model_arg, check_out_path, load_drafter_spec,
+                              load_target_from, setup_torch)
 from caddtree.profile import ensure_cost_model
-from caddtree.target import load_target
 
 
 ALL_DATASETS = "math500,gsm8k,aime25,humaneval,mbpp,livecodebench,mt_bench,alpaca"
@@ -203,7 +203,7 @@ def cmd_bench(args) -> None:
     run = check_bench_args(args)  # fail fast, before loading models
     start = utc_timestamp()
     setup_torch(args)
-    target = load_target(args.target, dtype=DTYPES[args.dtype], device=args.device, weights=args.weights)
+    target = load_target_from(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cms = {}  # drafter class name -> the cost model the run used
