@@ -24,7 +24,9 @@ EXAMPLE_PROMPT = ("Natalia sold clips to 48 of her friends in April, and then sh
                   "How many clips did Natalia sell altogether in April and May? Think step by step.")
 
 
-def make_decoder(args, target, drafter) -> Decoder:
+def make_decoder(args, target) -> Decoder:
+    """The decoder `add_method_args`' options name on `target`, with the --drafter it needs (none for ar)."""
+    drafter = load_drafter_spec(args.drafter, target) if args.method != "ar" else None
     cost = ensure_cost_model(target, drafter, path=args.cost_model) if args.method == "caddtree" else None
     return Decoder(target, drafter, method=args.method, budget=args.budget, cost_model=cost)
 
@@ -72,11 +74,10 @@ def compare_with_plain(target, ids, args, sampling, res: GenerationResult, repor
 def cmd_generate(args) -> None:
     sampling = check_generate_args(args)
     target = load_target_from(args)
-    drafter = load_drafter_spec(args.drafter, target) if args.method != "ar" else None
-    decoder = make_decoder(args, target, drafter)
+    decoder = make_decoder(args, target)
     ids = target.chat_ids(args.prompt if args.prompt is not None else EXAMPLE_PROMPT, template=not args.raw)
     print(f"target {target.name} | method {args.method}"
-          + (f" | drafter {describe_drafter(args.drafter, target)}" if drafter else "")
+          + (f" | drafter {describe_drafter(args.drafter, target)}" if decoder.drafter else "")
           + f" | prompt {len(ids)} tokens | exactness {target.exactness}", file=sys.stderr)
     res = decoder.generate(ids, args.max_new_tokens, sampling, seed=args.seed,
                            on_tokens=stream_printer(target.tokenizer))
@@ -111,11 +112,10 @@ def cmd_serve(args) -> None:
     if args.max_queue < 1:
         raise CaddtreeError(f"--max-queue must be >= 1, got {args.max_queue}")
     target = load_target_from(args)
-    drafter = load_drafter_spec(args.drafter, target) if args.method != "ar" else None
-    worker = Worker(make_decoder(args, target, drafter), max_queue=args.max_queue, start=False)  # decodes here
+    worker = Worker(make_decoder(args, target), max_queue=args.max_queue, start=False)  # decodes here
     name = args.served_model_name or target.name
     print(f"caddtree: serving {name} ({args.method}" + (f", drafter {describe_drafter(args.drafter, target)}"
-                                                         if drafter else "")
+                                                         if worker.decoder.drafter else "")
           + f") on http://{args.host}:{args.port}/v1", file=sys.stderr)
     serve(worker, create_app(worker, name, target.max_context), args.host, args.port, args.graceful_timeout)
 

@@ -12,7 +12,7 @@ import torch
 from caddtree.dflash import load_drafter
 from caddtree.drafter import LookupMixtureDrafter, PromptLookupDrafter
 from caddtree.errors import CaddtreeError
-from caddtree.target import DEFAULT_TARGET, load_target
+from caddtree.target import DEFAULT_TARGET, WEIGHTS, load_target
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SHIPPED_DRAFTERS = Path(__file__).resolve().parent / "drafters"
@@ -33,7 +33,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "see docs/results.md), 'lookup' (prompt lookup), "
                         "'dflash' (the shipped DFlash drafter for the target), a DFlash drafter directory, "
                         "or either + '+lookup' (prompt lookup mixed into its marginals, e.g. dflash+lookup)")
-    p.add_argument("--weights", default="auto", choices=["auto", "native", "fp32"],
+    p.add_argument("--weights", default="auto", choices=WEIGHTS,
                    help="native: a GGUF target's linears read the file's 4/8-bit blocks as stored (exact, fewer bytes "
                         "per step); fp32: its dequantised fp32 weights (default auto: native for a GGUF target on "
                         "CPU)")

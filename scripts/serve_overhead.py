@@ -27,7 +27,6 @@ import torch
 from caddtree.accept import SamplingParams
 from caddtree.cli import EXAMPLE_PROMPT, make_decoder
 from caddtree.files import cpu_name
-from caddtree.options import load_drafter_spec
 from caddtree.target import load_target
 
 
@@ -86,8 +85,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     # first in-process: a cost profile missing from the cache is measured here, before the server reads it
     target = load_target("smollm2-135m-instruct", device="cpu")
-    decoder = make_decoder(argparse.Namespace(method=args.method, budget=32, cost_model=None), target,
-                           load_drafter_spec("auto", target) if args.method != "ar" else None)
+    decoder = make_decoder(argparse.Namespace(method=args.method, drafter="auto", budget=32, cost_model=None), target)
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "caddtree.cli", "serve", "--threads", str(args.threads),
                                "--method", args.method, "--port", str(port)], env=os.environ.copy())

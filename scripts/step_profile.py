@@ -42,20 +42,15 @@ def read_bandwidth_gbs(mb: int = 1024, repeats: int = 10) -> float:
     return x.numel() * 4 / min(times) / 1e9
 
 
-def weight_bytes(model) -> tuple[int, int]:
-    """(bytes the linears read per step, of which the LM head)."""
-    head = model.get_output_embeddings()
-    total = head_b = 0
+def weight_bytes(model) -> int:
+    """Bytes the linears read per step (the LM head included)."""
+    total = 0
     for m in model.modules():
         if isinstance(m, QuantLinear):
-            b = m.blocks.numel()
+            total += m.blocks.numel()
         elif isinstance(m, (PackedLinear, torch.nn.Linear)):
-            b = m.weight.numel() * m.weight.element_size()
-        else:
-            continue
-        total += b
-        head_b += b if m is head else 0
-    return total, head_b
+            total += m.weight.numel() * m.weight.element_size()
+    return total
 
 
 class Timers:
@@ -135,7 +130,7 @@ def main() -> None:
             timed = statistics.fmean(time_steps(target, args.ctx, args.steps, tm))
         lin, head, att = (1000 * tm.t[k] / args.steps for k in ("linears", "lm_head", "attention"))
         other = max(timed - lin - head - att, 0.0)
-        total_b, _ = weight_bytes(target.model)
+        total_b = weight_bytes(target.model)
         print(f"| {name} | {whole:.2f} | {lin:.2f} | {head:.2f} | {att:.2f} | {other:.2f} | {total_b / 1e6:.1f} MB "
               f"| {total_b / bw / 1e6:.2f} |")
 
