@@ -23,6 +23,7 @@ argmax. Pure numpy on a few hundred floats: tens of microseconds per round.
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,10 +83,16 @@ class TreeStop:
     After m nodes with Φ_m and last weight δ_m, every later node weighs at most δ_m (best-first order), so
     θ_n <= (1 + Φ_m + (n - m) δ_m) / (C_d + overhead + C_v(n)) for n > m; when that bound is nowhere above the best θ
     of n <= m (θ_0 included), no larger size can be chosen (ties go to the smaller size). Pass the same cost model,
-    ctx and draft_ms as `choose_tree_size` would get (and no n_max there), on uncalibrated weights.
+    ctx and draft_ms as `choose_tree_size` would get (and no n_max there).
+
+    calibration (a `PhiCalibration`, optional): each node's δ is priced as `calibration.scale` maps it, capped by the
+    previous node's priced δ (the running minimum of `PhiCalibration.apply`), so priced weights stay non-increasing
+    and the bound above still holds; Φ and the choice are then the calibrated ones.
     """
 
-    def __init__(self, cost: CostModel, ctx: int, draft_ms: float | None = None):
+    def __init__(self, cost: CostModel, ctx: int, draft_ms: float | None = None,
+                 calibration: "PhiCalibration | None" = None):
+        self.calibration, self.last = calibration, 1.0  # last: the previous node's priced δ
         self.cap = cost.max_nodes
         # [cap + 1] round ms per tree size, as floats: the per-node test reads single entries
         self.cost = (_base_ms(cost, ctx, draft_ms) + cost.verify_curve(ctx)).tolist()
@@ -95,6 +102,8 @@ class TreeStop:
     def __call__(self, log_weight: float) -> bool:
         self.m += 1
         m, d = self.m, float(np.exp(log_weight))  # np.exp, as choose_tree_size: the same Φ to the last bit
+        if self.calibration is not None:
+            d = self.last = min(self.last, self.calibration.scale(d))
         self.phi += d
         theta = (1.0 + self.phi) / self.cost[m]
         if theta > self.best:  # strict: ties go to the smaller size, θ_0 included (as in `choose_tree_size`)
@@ -124,31 +133,57 @@ class PhiCalibration:
     `prior_strength` a units of predicted mass at ratio 1, fading by `memory` per node seen in the bin. The map
     δ -> min(1, ratio · δ) is made non-increasing along the best-first order (running minimum), so the calibrated
     weights keep every property the stopping rule needs: a prefix is still a tree, and the first failure is still
-    the optimum. Only the tree's size depends on it. Off by default (`Decoder(calibrate_phi=True)`): it brought Φ
-    within 4-6% of the accepted tokens but did not change the speed measurably (docs/design.md).
+    the optimum. Only the tree's size depends on it. Greedily off by default (`Decoder(calibrate_phi=True)`): it
+    brought Φ within 4-6% of the accepted tokens but did not change the speed measurably (docs/design.md); on by
+    default under sampling (`Decoder(calibrate_phi="sampling")`, docs/sampling.md).
+
+    The bins learn over every text of a setting, and a benchmark's texts alternate between sets whose acceptance
+    differs (sampled at T = 0.7, Φ was 38% over the accepted tokens on MT-Bench and 15% under on HumanEval with the
+    bins alone); a text ratio on top, (accepted + b) / (calibrated Φ + b) over the current generation's verified
+    trees (`start_text` at each generation, b = `text_prior`), takes the rest of the way for the text at hand.
     """
 
     EDGES = np.array([0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])
 
-    def __init__(self, prior_strength: float = 4.0, memory: float = 0.995):
-        self.prior_strength, self.memory = prior_strength, memory
+    def __init__(self, prior_strength: float = 4.0, memory: float = 0.995, text_prior: float = 2.0):
+        self.prior_strength, self.memory, self.text_prior = prior_strength, memory, text_prior
         self.hits = np.zeros(len(self.EDGES) + 1)
         self.predicted = np.zeros(len(self.EDGES) + 1)
+        self._edges = self.EDGES.tolist()
+        self.start_text()
+
+    def start_text(self) -> None:
+        """A new generation: its own text ratio starts again at 1 (the bins, learned over every text, stay)."""
+        self.text_hits, self.text_predicted = 0.0, 0.0
+
+    def text_ratio(self) -> float:
+        """Accepted nodes over their calibrated Φ so far in this generation, `text_prior` units of Φ at ratio 1."""
+        a = self.text_prior
+        return (self.text_hits + a) / (self.text_predicted + a)
 
     def ratio(self) -> np.ndarray:
         a = self.prior_strength
         return (self.hits + a) / (self.predicted + a)
 
+    def scale(self, delta: float) -> float:
+        """One node's δ -> its calibrated δ, min(1, δ · its bin's ratio · the text ratio) (before the running
+        minimum)."""
+        b = bisect.bisect_left(self._edges, delta)  # = np.searchsorted(EDGES, δ), without numpy's per-call cost
+        a = self.prior_strength
+        return min(1.0, delta * (self.hits[b] + a) / (self.predicted[b] + a) * self.text_ratio())
+
     def apply(self, log_weights) -> np.ndarray:
         """[N] best-first log δ -> [N] calibrated log δ, non-increasing."""
         lw = _numpy(log_weights)
         delta = np.exp(lw.astype(np.float64))
-        out = np.minimum(1.0, delta * self.ratio()[np.searchsorted(self.EDGES, delta)])
+        out = np.minimum(1.0, delta * self.ratio()[np.searchsorted(self.EDGES, delta)] * self.text_ratio())
         return np.log(np.minimum.accumulate(out))
 
     def observe(self, log_weights, accepted) -> None:
         """A verified tree's [n] log δ (uncalibrated) and the node indices of its accepted path."""
         lw = _numpy(log_weights)
+        self.text_predicted += float(np.exp(self.apply(lw)).sum())  # as priced, before this tree is learned
+        self.text_hits += len(accepted)
         delta = np.exp(lw.astype(np.float64))
         hit = np.zeros(len(lw))
         hit[list(accepted)] = 1.0
@@ -177,8 +212,13 @@ class DraftGate:
     prompt made a run's speed depend on the prompts decoded before it. Only the draft changes, never the output.
     """
 
-    def __init__(self, bands=(1.05, 1.3, 1.7), memory: float = 0.9, explore_every: int = 8, warmup: int = 3):
+    def __init__(self, bands=(1.05, 1.3, 1.7), memory: float = 0.9, explore_every: int = 8, warmup: int = 3,
+                 backoff: int = 0):
+        """backoff > 0: a band's re-check interval doubles after each re-check that leaves its mean gain <= 0, up to
+        `backoff` rounds, and falls back to `explore_every` once the gain is positive (the engine sets it under
+        sampling, where gains are small and re-checks that do not pay weigh most)."""
         self.bands, self.memory, self.explore_every, self.warmup = tuple(bands), memory, explore_every, warmup
+        self.backoff = backoff
         self.reset()
 
     def reset(self) -> None:
@@ -188,14 +228,17 @@ class DraftGate:
         self.weight = [0.0] * k   # sum of the observations' weights memory ** age (the mean's normaliser)
         self.seen = [0] * k       # rounds per band where stage 2 ran
         self.skipped = [0] * k    # rounds skipped in a row per band
+        self.interval = [self.explore_every] * k  # re-check interval per band (grows under `backoff`)
+        self.checking = [False] * k  # the band's last run was a re-check
 
     def band(self, theta1: float, theta0: float) -> int:
         return int(np.searchsorted(self.bands, theta1 / max(theta0, 1e-12), side="right"))
 
     def run_rest(self, band: int) -> bool:
         """Whether to pay for stage 2 this round."""
-        if self.seen[band] < self.warmup or self.gain[band] > 0.0 or self.skipped[band] + 1 >= self.explore_every:
-            self.skipped[band] = 0
+        learning = self.seen[band] < self.warmup or self.gain[band] > 0.0
+        if learning or self.skipped[band] + 1 >= self.interval[band]:
+            self.skipped[band], self.checking[band] = 0, not learning
             return True
         self.skipped[band] += 1
         return False
@@ -206,3 +249,88 @@ class DraftGate:
         self.weight[band] = w + 1.0
         self.gain[band] = (w * self.gain[band] + (theta2 - theta1)) / self.weight[band]
         self.seen[band] += 1
+        if self.backoff:
+            if self.gain[band] > 0.0:
+                self.interval[band] = self.explore_every
+            elif self.checking[band]:
+                self.interval[band] = min(2 * self.interval[band], self.backoff)
+
+
+class SpeculationGate:
+    """Draft or decode plainly, decided before any drafting: the draft's own cost counted against a plain step.
+
+    Once a round has drafted, its draft is paid and the tree policy rightly compares trees with a plain step at that
+    price; whether drafting pays at all is a question for before it. A plain step yields 1 token in
+    θ_plain = 1 / (C_v(0; ℓ) + o_plain); a drafted round is expected to yield 1 + Φ tokens in θ_spec = (1 + Φ) /
+    (C_d + C_v(n) + o_spec): Φ of the tree the policy chose (calibrated, `PhiCalibration`, where calibration is
+    on), C_d and C_v priced by the cost model, o_spec and o_plain the running means of the measured rest of a
+    drafted round (tree build, acceptance, compaction) and of a plain one (the draw, the cache append): the
+    profile's one per-round overhead prices a 256-node build, and what differs between the two kinds of round is
+    what this gate weighs. A round that drafted and then chose n = 0 counts its draft as a loss. Where the round
+    had two drafts (the costly stage ran), θ_spec is the better of the two: whether the costly stage pays is
+    `DraftGate`'s question, whether drafting pays at all this one's.
+
+    Why the expected Φ and not the accepted count: under sampling, acceptance is a noisy draw (a round yields 1, 2
+    or 4 tokens), and a mean of realised gains over the ~10 rounds this gate remembers wandered below zero on sets
+    where drafting paid ~6% on average (GSM8K at T = 0.7), so the gate stopped drafting there; the calibrated Φ is
+    that mean, learned over every verified node of the setting.
+
+    The gate keeps the running mean of the relative gain θ_spec / θ_plain - 1 over the rounds that drafted (weights
+    `memory` ** age, normalised), and drafts while it is above -`margin`, for the first `warmup` rounds of a
+    generation, and once every `interval` rounds otherwise; the interval starts at `explore_every` and doubles (to
+    `max_interval`) after each re-check that leaves the gain below, so where speculation does not pay (chat text
+    sampled at T = 1) re-checks cost a few percent at first and less after. The margin leans towards drafting:
+    around break-even, drafting keeps the calibrations learning and catches the bursts (a repeated passage) where
+    it pays most. Only which rounds draft changes, never the output.
+
+    Measured (docs/sampling.md): off by default. Without the margin (realised gains, then expected ones) it drafted
+    in 4-28% of rounds on sets where drafting every round was as fast or faster: there the expected gain of a round
+    sits within a few percent of zero, and once below, the gate stops collecting the rounds that would lift it.
+    With the margin, on 8 sets x 12 prompts sampled at T = 0.7 and 1.0: 0.994 and 0.985 of CaDDTree's time per
+    prompt, within noise. `Decoder(speculation_gate=True)` or `caddtree@spec` in `caddtree bench`.
+    """
+
+    def __init__(self, memory: float = 0.95, warmup: int = 4, explore_every: int = 8, max_interval: int = 32,
+                 margin: float = 0.05):
+        self.memory, self.warmup, self.explore_every, self.max_interval = memory, warmup, explore_every, max_interval
+        self.margin = margin
+        self.overhead = {True: 0.0, False: 0.0}  # drafted -> running mean of the measured rest of a round, ms
+        self.measured = {True: 0, False: 0}      # rounds measured of each kind
+        self.reset()
+
+    def reset(self) -> None:
+        """A new text: forget the observed gains (the overheads, the machine's, are kept)."""
+        self.gain, self.weight, self.seen, self.skipped = 0.0, 0.0, 0, 0
+        self.interval, self.checking = self.explore_every, False
+
+    def draft(self) -> bool:
+        """Whether to draft this round."""
+        if self.seen < self.warmup or self.gain > -self.margin:
+            self.checking = False
+            return True
+        self.skipped += 1
+        if self.skipped >= self.interval:
+            self.skipped, self.checking = 0, True
+            return True
+        return False
+
+    def measure(self, drafted: bool, ms: float) -> None:
+        """A round's measured time outside its draft and verify forward (the first value, then a mean that fades
+        by `memory` per round)."""
+        k = self.measured[drafted] = self.measured[drafted] + 1
+        w = 1.0 if k == 1 else 1.0 - self.memory
+        self.overhead[drafted] += w * (ms - self.overhead[drafted])
+
+    def observe(self, tokens_ms: list[tuple[float, float]], plain_ms: float) -> None:
+        """A drafted round: (1 + Φ, C_d + C_v(n)) for each draft the round priced (the first stage's, and both
+        stages' where the costly one ran); plain_ms = C_v(0; ℓ)."""
+        spec = max(t / (ms + self.overhead[True]) for t, ms in tokens_ms)
+        plain = 1.0 / (plain_ms + self.overhead[False])
+        w = self.memory * self.weight
+        self.weight = w + 1.0
+        self.gain = (w * self.gain + (spec / plain - 1.0)) / self.weight
+        self.seen += 1
+        if self.gain > -self.margin:
+            self.interval = self.explore_every
+        elif self.checking:
+            self.interval = min(2 * self.interval, self.max_interval)

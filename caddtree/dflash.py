@@ -23,7 +23,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from caddtree.drafter import Drafter, OnlineCalibration, calibration_keep, shrink_to_uniform
+from caddtree.accept import draft_log_probs
+from caddtree.drafter import Drafter, OnlineCalibration, calibration_keep, for_setting, shrink_to_uniform
 from caddtree.errors import CaddtreeError
 from caddtree.files import atomic_write
 from caddtree.kernels import PackedLinear, pack_linears, q8_0, quantize_linears
@@ -295,7 +296,8 @@ class DFlashDrafter(Drafter):
         calibrate: shrink overconfident positions toward their observed hit rate (drafter.OnlineCalibration); the
         argmax per position, hence a linear block, is unchanged."""
         self.model = model.eval()
-        self.calibration = OnlineCalibration(model.c.block_size - 1) if calibrate else None
+        self.calibrate = calibrate
+        self._calibrations: dict = {}  # sampling setting -> OnlineCalibration (`drafter.for_setting`)
         self.head = None  # packed LM head, or None: model.logits
         if quantize and quantize_linears(model) > 0:
             self.head = q8_0(model._shared["head"])
@@ -306,12 +308,25 @@ class DFlashDrafter(Drafter):
         self.num_positions = self.c.block_size - 1
         self.reset(None)
 
+    @property
+    def calibration(self) -> OnlineCalibration | None:
+        """The current sampling setting's calibration (None if not calibrating)."""
+        if not self.calibrate:
+            return None
+        return for_setting(self._calibrations, self.sampling, lambda: OnlineCalibration(self.num_positions))
+
+    def skip(self, features: torch.Tensor | None) -> None:
+        """A round without a draft: the features wait for the next `propose` (projected there in one call)."""
+        if features is not None:
+            self._pending.append(features)
+
     def reset(self, prompt_ids=None) -> None:
+        self._pending = []  # features of rounds that drafted nothing (`skip`), oldest first
         self.kv = None  # per layer (k, v) [g, C, d]: views of the first C positions of `kv_buf`
         self.kv_buf = None  # per layer (k, v) [g, capacity, d]
         self.ctx_len = 0
-        if self.calibration is not None:  # the rates describe the drafter on this target: keep them
-            self.calibration.forget_pending()
+        for c in self._calibrations.values():  # the rates describe the drafter on this target: keep them
+            c.forget_pending()
 
     @torch.inference_mode()
     def extend(self, features: torch.Tensor) -> None:
@@ -336,6 +351,9 @@ class DFlashDrafter(Drafter):
         """tokens [ℓ+1] (last = root at position ℓ), features [k, F] of positions ℓ-k..ℓ-1 -> log_probs [B-1, V]."""
         m = self.model
         ell = tokens.shape[0] - 1
+        if self._pending:
+            features = torch.cat(self._pending + ([] if features is None else [features]))
+            self._pending = []
         if features is not None:
             self.extend(features)
         if self.ctx_len != ell:
@@ -346,14 +364,17 @@ class DFlashDrafter(Drafter):
         pos = torch.arange(ell, ell + self.c.block_size, device=dev)[None]  # [1, B]
         h = m.block_hidden(tokens[-1:].to(dev), pos, kv)  # [1, B, H]
         logits = self.head(h[0, 1:]) if self.head is not None else m.logits(h[0, 1:])  # [B-1, K or V]
-        if self.calibration is None:
+        if not self.sampling.greedy:  # the law the target samples from, as this drafter sees it (log-probs)
+            logits = draft_log_probs(logits, self.sampling)
+        cal = self.calibration
+        if cal is None:
             return m.full_log_probs(logits)  # [B-1, V]
-        self.calibration.observe(tokens.tolist())
+        cal.observe(tokens.tolist())
         top_p, top_i = torch.softmax(logits.float(), -1).max(-1)  # [B-1] (in the draft vocabulary)
         if self.c.draft_vocab_size:
             top_i = m.vocab_map[top_i]
-        self.calibration.expect(ell + 1, top_i.tolist(), top_p.tolist())
-        return m.full_log_probs(logits, keep=calibration_keep(self.calibration, self.num_positions, dev))
+        cal.expect(ell + 1, top_i.tolist(), top_p.tolist())
+        return m.full_log_probs(logits, keep=calibration_keep(cal, self.num_positions, dev))
 
 
 # ----------------------------------------------------------------------------------------------------- save / load

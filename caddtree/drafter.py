@@ -4,6 +4,7 @@ A drafter proposes, in one call, a distribution for each of the next L positions
 token, which the target has not processed yet). The tree builder only sees these marginals.
 
 Round protocol (the engine calls, per generation):
+    drafter.set_sampling(params)                    # the law the target samples from (greedy by default)
     drafter.reset(prompt_ids)                       # once, before the first round
     log_probs = drafter.propose(tokens, features)   # every round
 where `tokens` [ℓ + 1] are all committed token ids (the last one is the root) and `features` [k, F] are the target
@@ -19,6 +20,7 @@ import math
 
 import torch
 
+from caddtree.accept import SamplingParams
 from caddtree.tree import SparseMarginals
 
 
@@ -36,10 +38,35 @@ def drafter_id(drafter) -> str:
     return f"{type(drafter).__name__}-{digest}"
 
 
+MAX_SETTINGS = 32  # sampling settings whose calibrations are kept (a server's clients may send any temperature)
+
+
+def setting_key(params: SamplingParams) -> SamplingParams:
+    """The sampling setting a calibration belongs to: every greedy setting is one (top-k / top-p change nothing)."""
+    return SamplingParams() if params.greedy else params
+
+
+def for_setting(store: dict, params: SamplingParams, make):
+    """store[setting_key(params)], made by make() if new; beyond MAX_SETTINGS the least recently used is dropped."""
+    key = setting_key(params)
+    value = store.pop(key) if key in store else make()
+    store[key] = value  # most recent last
+    while len(store) > MAX_SETTINGS:
+        store.pop(next(iter(store)))
+    return value
+
+
 class Drafter:
     """Base class. `target_layers` are the target layer ids whose outputs the drafter reads (none: no features)."""
     target_layers: list[int] = []
     num_positions: int = 0  # L: positions proposed per round (the tree's maximum depth)
+    sampling: SamplingParams = SamplingParams()  # the law the target samples from (`set_sampling`)
+
+    def set_sampling(self, params: SamplingParams) -> None:
+        """The target samples from `params`' law in the generations that follow. Under sampling a node is accepted
+        with the probability that law gives its token, not with the drafter's greedy confidence: a drafter that can
+        proposes that law's marginals (`accept.draft_log_probs`) and keeps its calibrations per setting."""
+        self.sampling = params
 
     def reset(self, prompt_ids: torch.Tensor) -> None:
         pass
@@ -47,6 +74,10 @@ class Drafter:
     def propose(self, tokens: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
         """tokens [ℓ + 1] long, features [k, F] or None -> log_probs [L, V] float32 (rows sum to 1 in prob space)."""
         raise NotImplementedError
+
+    def skip(self, features: torch.Tensor | None) -> None:
+        """This round drafts nothing (a plain step): keep `features` (as `propose` would have got them) for the next
+        proposal. Stateless drafters have nothing to keep; a drafter with a context cache must override this."""
 
 
 class OnlineCalibration:
@@ -129,9 +160,17 @@ class PromptLookupDrafter(Drafter):
         self.vocab_size, self.num_positions = vocab_size, num_positions
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.confidence, self.max_matches, self.prior_strength = confidence, max_matches, prior_strength
-        # calibrations[n]: matches of n tokens (n = 0 unused)
-        self.calibrations = [OnlineCalibration(num_positions, confidence, prior_strength) for _ in range(max_ngram + 1)]
+        # per sampling setting (`setting_key`), calibrations[n]: matches of n tokens (n = 0 unused)
+        self._calibrations: dict[SamplingParams, list[OnlineCalibration]] = {}
         self._match = 0  # length of the current proposal's match (0: none); run state, not a setting (drafter_id)
+
+    @property
+    def calibrations(self) -> list[OnlineCalibration]:
+        """The current sampling setting's calibrations, one per match length: how often a vote is the committed
+        token depends on the law the target samples from (a repeat is copied less often at T = 1 than greedily)."""
+        return for_setting(self._calibrations, self.sampling, lambda: [
+            OnlineCalibration(self.num_positions, self.confidence, self.prior_strength)
+            for _ in range(self.max_ngram + 1)])
 
     @property
     def match(self) -> int:
@@ -147,8 +186,9 @@ class PromptLookupDrafter(Drafter):
         return self.calibration.rate(i)
 
     def reset(self, prompt_ids: torch.Tensor) -> None:
-        for c in self.calibrations:  # keep the rates: they describe the drafter on this target, not one prompt
-            c.forget_pending()
+        for cals in self._calibrations.values():  # keep the rates: they describe the drafter on this target
+            for c in cals:
+                c.forget_pending()
 
     def _continuations(self, seq: list[int]) -> tuple[list[list[int]], int]:
         """-> (continuations after the most recent occurrences of the longest matching suffix, its length n)"""
@@ -252,6 +292,11 @@ class LookupMixtureDrafter(Drafter):
     def fingerprint(self) -> str:  # the cost model's key: both parts' ids
         return f"{drafter_id(self.base)}+{drafter_id(self.lookup)}"
 
+    def set_sampling(self, params: SamplingParams) -> None:
+        super().set_sampling(params)
+        self.base.set_sampling(params)
+        self.lookup.set_sampling(params)
+
     def reset(self, prompt_ids: torch.Tensor) -> None:
         self.base.reset(prompt_ids)
         self.lookup.reset(prompt_ids)
@@ -266,6 +311,9 @@ class LookupMixtureDrafter(Drafter):
         """Stage 2 skipped this round: keep the features for the trained drafter's next call."""
         if features is not None:
             self._pending.append(features)
+
+    def skip(self, features: torch.Tensor | None) -> None:
+        self.skip_rest(features)  # the lookup keeps nothing: its next call reads the committed tokens
 
     def propose_rest(self, tokens: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
         """Stage 2, after `propose_cheap` in the same round: the trained drafter's marginals with the votes mixed in."""

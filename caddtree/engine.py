@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from caddtree.accept import SamplingParams, accept_walk, accepted_along, target_choices
-from caddtree.budget import DraftGate, PhiCalibration, TreeStop, choose_tree_size
-from caddtree.drafter import Drafter
+from caddtree.accept import SamplingParams, accept_walk, accepted_along, sample_token, target_choices
+from caddtree.budget import DraftGate, PhiCalibration, SpeculationGate, TreeStop
+from caddtree.drafter import Drafter, for_setting, setting_key
 from caddtree.errors import CaddtreeError
 from caddtree.target import Target
 from caddtree.tree import Tree, build_tree
@@ -26,6 +26,8 @@ from caddtree.verify import commit_path, now, verify_tree
 
 METHODS = ("ar", "ddtree", "caddtree")
 GATES = ("realised", "predicted")
+SAMPLING_ONLY = "sampling"  # a CaDDTree option's value meaning: on when the target samples (T > 0), off greedily
+GATE_BACKOFF = 64  # under sampling, the draft gate's longest re-check interval for a band that does not pay
 
 
 @dataclass
@@ -52,6 +54,7 @@ class RoundStats:
     predicted_phi: float | None = None  # CaDDTree: expected accepted draft tokens of the chosen tree
     predicted_ms: float | None = None   # CaDDTree: the cost model's round time for the chosen tree
     second_stage: bool | None = None    # two-stage drafter under CaDDTree: whether the gate ran the costly stage
+    drafted: bool | None = None         # under CaDDTree's speculation gate: whether the round drafted at all
 
     @property
     def round_ms(self) -> float:
@@ -105,7 +108,8 @@ class Decoder:
     """
 
     def __init__(self, target: Target, drafter: Drafter | None = None, method: str = "ar", budget: int = 32,
-                 cost_model=None, gate: bool | str = True, calibrate_phi: bool = False):
+                 cost_model=None, gate: bool | str = True, calibrate_phi: bool | str = SAMPLING_ONLY,
+                 speculation_gate: bool | str = False):
         if method not in METHODS:
             raise CaddtreeError(f"unknown method '{method}': choose one of {', '.join(METHODS)}")
         if method != "ar" and drafter is None:
@@ -134,10 +138,32 @@ class Decoder:
         # output has passed the round); "predicted": from the policy's own expectation Φ of both drafts
         self.gate_mode = gate or None
         self.gate = DraftGate() if gate and method == "caddtree" and two_stage else None
+        for name, value in (("calibrate_phi", calibrate_phi), ("speculation_gate", speculation_gate)):
+            if value not in (True, False, SAMPLING_ONLY):
+                raise CaddtreeError(f"{name} must be True, False or '{SAMPLING_ONLY}', got {value!r}")
         # calibrate_phi: CaDDTree prices nodes by the acceptance rate observed for their predicted δ, one map per
-        # draft stage (off by default: no measured speed difference, docs/design.md)
-        self.phi_cal = ({"cheap": PhiCalibration(), "full": PhiCalibration()}
-                        if method == "caddtree" and calibrate_phi else None)
+        # draft stage and sampling setting. Default: under sampling only (greedily it brought Φ within 4-6% of the
+        # accepted tokens without a measured speed difference, docs/design.md; sampled, docs/sampling.md)
+        self.calibrate_phi = calibrate_phi if method == "caddtree" else False
+        self.phi_cal: dict = {}  # sampling setting -> {stage: PhiCalibration} (`drafter.for_setting`)
+        # speculation_gate: draft at all this round? (`budget.SpeculationGate`; off by default: within noise of
+        # drafting every round, docs/sampling.md)
+        self.speculation_gate = speculation_gate if method == "caddtree" else False
+        if self.speculation_gate and not hasattr(drafter, "skip"):
+            raise CaddtreeError("speculation_gate needs a drafter with skip(features) (caddtree.drafter.Drafter's)")
+        self.spec_gate = SpeculationGate() if self.speculation_gate else None
+        self.sampling = SamplingParams()  # the current generation's
+
+    def _sampled_option(self, value) -> bool:
+        """Whether a True / False / SAMPLING_ONLY option is on for the current generation."""
+        return value is True or (value == SAMPLING_ONLY and not self.sampling.greedy)
+
+    def _phi_cal(self, stage: str) -> PhiCalibration | None:
+        """The node-weight calibration of a draft stage under the current sampling setting (acceptance rates differ
+        between greedy and sampled text, and between temperatures), or None where it is off."""
+        if not self._sampled_option(self.calibrate_phi):
+            return None
+        return for_setting(self.phi_cal, self.sampling, dict).setdefault(stage, PhiCalibration())
 
     def _prompt_ids(self, prompt_ids) -> torch.Tensor:
         """Token ids as a list or a [P] / [1, P] integer tensor (a tokenizer's batch of one) -> [P] long on the
@@ -177,18 +203,15 @@ class Decoder:
         """Marginals [L, V] -> (tree, BudgetChoice or None): the best-first tree, cut by CaDDTree's rule."""
         if self.method != "caddtree":
             return build_tree(log_probs[:room], self.budget), None  # depth capped: no token lands past the budget
-        if self.phi_cal is None:  # built only as far as the choice can use it, which the stop rule keeps
-            stop = TreeStop(self.cost_model, ctx, draft_ms=draft_ms)
-            tree = build_tree(log_probs[:room], self.budget, stop)
-            choice = stop.choice()
-        else:  # calibrated weights are only known on the full tree
-            tree = build_tree(log_probs[:room], self.budget)
-            lw = self.phi_cal[stage].apply(tree.log_weights)
-            choice = choose_tree_size(lw, self.cost_model, ctx, draft_ms=draft_ms)
+        # built only as far as the choice can use it, which the stop rule keeps
+        stop = TreeStop(self.cost_model, ctx, draft_ms=draft_ms, calibration=self._phi_cal(stage))
+        tree = build_tree(log_probs[:room], self.budget, stop)
+        choice = stop.choice()
         return tree.prefix(choice.n), choice
 
     def _draft_tree(self, committed: list[int], feats, ctx: int, room: int, stats: RoundStats, start: float):
-        """-> (tree to verify, GateProbe if the gate ran the costly stage and learns from realised gains, else None).
+        """-> (tree to verify, GateProbe if the gate ran the costly stage and learns from realised gains, else None,
+        the BudgetChoice of each draft priced: the first stage's, then both stages' where the costly one ran).
         `start`: the round's start time (the drafting laps count from it)."""
         device = self.target.device
         clock = [start]
@@ -199,7 +222,7 @@ class Decoder:
             ms, clock[0] = 1000 * (t - clock[0]), t
             return ms
 
-        probe = None
+        probe, options = None, []
         if self.gate is None:
             log_probs = self.drafter.propose(tokens, feats)  # [L, V]
             stats.draft_ms = lap()
@@ -210,6 +233,7 @@ class Decoder:
             stats.draft_ms = lap()
             tree, choice = self._choose(log_probs, ctx, room, draft_ms=self.cost_model.cheap_draft_ms(ctx),
                                         stage="cheap")
+            options.append(choice)
             theta1 = choice.tokens_per_s
             band = self.gate.band(theta1, 1000.0 / choice.plain_ms)
             stats.build_ms = lap()
@@ -229,7 +253,9 @@ class Decoder:
                 stats.draft_ms += lap()
         if choice is not None:
             stats.predicted_phi, stats.predicted_ms = float(choice.phi), float(choice.predicted_ms)
-        return tree, probe
+            if not options or options[-1] is not choice:
+                options.append(choice)
+        return tree, probe, options
 
     def _observe_realised(self, probes: list[GateProbe], output: list[int], final: bool) -> list[GateProbe]:
         """Feed the gate θ = (1 + accepted) / predicted round time of both drafts of each probe whose outcome the
@@ -257,6 +283,7 @@ class Decoder:
         P = int(prompt_ids.shape[0])
         self._check(P, max_new_tokens)
         gen = torch.Generator().manual_seed(seed) if seed is not None else None
+        self.sampling = sampling
         eos = target.eos_ids
         speculative = self.method != "ar"
         target.hidden_layers = list(self.drafter.target_layers) if speculative else []  # features the drafter reads
@@ -267,9 +294,17 @@ class Decoder:
         if P > 1:
             _, feats = target.forward(prompt_ids[:-1], cache)  # everything but the root
         if speculative:
+            if hasattr(self.drafter, "set_sampling"):  # Drafter's; a duck-typed drafter may not have it
+                self.drafter.set_sampling(sampling)
             self.drafter.reset(prompt_ids)
         if self.gate is not None:  # what the costly stage gains is learned on this text, not carried over from another
             self.gate.reset()
+            self.gate.backoff = GATE_BACKOFF if not sampling.greedy else 0
+        for cal in self.phi_cal.get(setting_key(sampling), {}).values():
+            cal.start_text()
+        spec_gate = self.spec_gate if self._sampled_option(self.speculation_gate) else None
+        if spec_gate is not None:
+            spec_gate.reset()
         result = GenerationResult(prompt_len=P, tokens=[], prefill_ms=1000 * (now(device) - t0))
 
         committed = prompt_ids.tolist()
@@ -279,16 +314,30 @@ class Decoder:
             ctx = len(committed) - 1
             stats = RoundStats(ctx=ctx, tree_size=0, accepted=0, emitted=0)
             room = max_new_tokens - len(result.tokens) - 1  # draft depth that can still be emitted
-            tree, probe = Tree.empty(), None
+            tree, probe, options = Tree.empty(), None, []
             if speculative and room > 0:
-                tree, probe = self._draft_tree(committed, feats, ctx, room, stats, t0)
+                stats.drafted = None if spec_gate is None else spec_gate.draft()
+                if stats.drafted is not False:
+                    tree, probe, options = self._draft_tree(committed, feats, ctx, room, stats, t0)
+                else:  # a plain step: the drafter only keeps this round's features for its next proposal
+                    self.drafter.skip(feats)
             t1 = now(device)
             logits, vfeats = verify_tree(target, cache, committed[-1], tree)
             t2 = now(device)
-            choices = target_choices(logits, sampling, gen)
+            if sampling.greedy:
+                choices = target_choices(logits, sampling)  # [n + 1]: one argmax call for every row
+            else:  # one draw per row the walk reaches (1 + accepted), not per node
+
+                def choices(row: int) -> int:
+                    return sample_token(logits[row], sampling, gen)
             path, bonus = accept_walk(tree.tokens, tree.parents, choices)
-            if self.phi_cal is not None and len(tree):
-                self.phi_cal["cheap" if stats.second_stage is False else "full"].observe(tree.log_weights, path)
+            phi_cal = self._phi_cal("cheap" if stats.second_stage is False else "full")
+            if phi_cal is not None and len(tree):
+                phi_cal.observe(tree.log_weights, path)
+            if spec_gate is not None and options:  # each draft at 1 + its (calibrated) Φ, priced without overhead
+                over = self.cost_model.overhead_ms(ctx)
+                spec_gate.observe([(1.0 + c.phi, c.predicted_ms - over) for c in options],
+                                  float(self.cost_model.verify_curve(ctx)[0]))
             if len(tree):
                 rows = commit_path(cache, ctx, path, device)
                 feats = vfeats.index_select(0, rows) if vfeats is not None else None
@@ -314,6 +363,8 @@ class Decoder:
             if probes:
                 probes = self._observe_realised(probes, result.tokens, final=done)
             stats.compact_ms = 1000 * (now(device) - t0) - stats.draft_ms - stats.build_ms - stats.verify_ms
+            if spec_gate is not None and stats.drafted is not None:
+                spec_gate.measure(stats.drafted, stats.build_ms + stats.compact_ms)
             stop = on_tokens(new) if on_tokens is not None else None  # the caller's time, not the decoder's
             if done or stop:
                 result.stop_reason = "eos" if hit is not None else "length" if done else "stopped"

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from caddtree.accept import SamplingParams, accept_walk, accepted_along, target_choices, target_probs
+from caddtree.accept import (SamplingParams, accept_walk, accepted_along, draft_log_probs, nucleus, sample_token,
+                             target_choices, target_probs)
 
 
 def test_walk_follows_target_choice():
@@ -118,3 +119,66 @@ def test_processed_distribution():
 def test_bad_sampling_params(kwargs):
     with pytest.raises(ValueError):
         SamplingParams(**kwargs)
+
+
+def test_walk_draws_only_on_the_rows_it_reaches():
+    """A sampling decoder passes a function row -> token: it is asked for the root, then for each accepted node, and
+    for nothing else (a draw at a node off the path would cost a sampling pass and never be used)."""
+    tokens, parents = torch.tensor([5, 6, 7, 8]), torch.tensor([-1, -1, 0, 2])  # root -> 5 -> 7 -> 8; root -> 6
+    asked = []
+    table = {0: 5, 1: 7, 3: 2}  # rows: 0 root, 1 node 0 (5), 3 node 2 (7)
+
+    def choose(row):
+        asked.append(row)
+        return table[row]
+    assert accept_walk(tokens, parents, choose) == ([0, 2], 2)
+    assert asked == [0, 1, 3]
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_nucleus_keeps_what_target_probs_keeps(ties):
+    """`nucleus` (what `sample_token` draws from) keeps exactly `target_probs`' support: random rows of 3000 logits
+    from flat to peaky, so kept sets run from 1 token to thousands (past the first 64 and 256 it looks at), with
+    logits on a coarse grid where `ties` (then the least probable kept value is shared by tokens on both sides of
+    the mass boundary, and every one of them is kept)."""
+    g = torch.Generator().manual_seed(1 + ties)
+    sizes, tied = [], 0
+    for trial in range(24):
+        z = torch.randn(3000, generator=g) * (0.3 + 0.3 * trial)
+        if ties:
+            z = (z * 2).round() / 2
+        z = z - z.max()
+        for top_p in (0.5, 0.9, 0.95, 0.99):
+            tokens, p = nucleus(z, top_p)
+            want = target_probs(z[None], SamplingParams(temperature=1.0, top_p=top_p))[0]
+            assert sorted(tokens.tolist()) == want.nonzero().flatten().tolist(), (trial, top_p)
+            assert torch.allclose(p, (z - torch.logsumexp(z, 0)).exp().double()[tokens])
+            sizes.append(len(tokens))
+            tied += int((z == z[tokens].min()).sum()) > 1
+    assert min(sizes) < 8 and max(sizes) > 1000 and any(64 < n < 256 for n in sizes)
+    assert tied > 10 if ties else True
+
+
+def test_sample_token_is_the_argmax_greedily_and_follows_the_seed():
+    logits = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    assert sample_token(logits, SamplingParams()) == int(logits.argmax())
+    params = SamplingParams(temperature=1.0, top_p=0.9)
+    a = [sample_token(logits, params, torch.Generator().manual_seed(5)) for _ in range(3)]
+    assert a[0] == a[1] == a[2]
+    assert len({sample_token(logits, params, torch.Generator().manual_seed(s)) for s in range(50)}) > 10
+
+
+def test_draft_log_probs_process_a_drafter_as_the_target_is_processed():
+    """Greedy: the drafter's log_softmax, untouched. Sampling: the law the target would sample from these logits
+    (temperature, top-k, top-p), where the kept set lies within the first 64 tokens; a wider one is not cut."""
+    g = torch.Generator().manual_seed(0)
+    peaky = torch.randn(3, 500, generator=g) * 4.0
+    assert torch.equal(draft_log_probs(peaky, SamplingParams()), torch.log_softmax(peaky, -1))
+    for params in (SamplingParams(0.7, 0, 0.9), SamplingParams(1.0, 20, 0.95), SamplingParams(1.3)):
+        want = target_probs(peaky, params)
+        assert params.top_p == 1.0 or (want > 0).sum(-1).max() < 64
+        got = draft_log_probs(peaky, params).exp()
+        assert torch.allclose(got, want, atol=1e-6)
+    flat = torch.randn(2, 500, generator=g) * 0.1  # top-p 0.9 keeps ~450 tokens: nothing is cut
+    got = draft_log_probs(flat, SamplingParams(0.8, 0, 0.9))
+    assert torch.allclose(got, draft_log_probs(flat, SamplingParams(0.8)), atol=1e-6) and torch.isfinite(got).all()

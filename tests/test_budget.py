@@ -252,6 +252,7 @@ def test_phi_calibration_learns_acceptance_rates_and_keeps_the_order():
     assert np.allclose(cal.apply(lw), lw)  # nothing seen yet: the prior is ratio 1
     for _ in range(200):  # nodes near 0.9 never accepted, nodes near 0.3 always: over- and underconfidence
         cal.observe(np.log([0.92, 0.3]), accepted=[1])
+    cal.start_text()  # the bins alone (a new generation's text ratio is 1)
     out = np.exp(cal.apply(lw))
     assert out[0] < 0.05 and out[1] < 0.05  # the 0.9 bin's rate ~ 4 / (4 + 184)
     assert np.all(np.diff(out) <= 0)  # non-increasing along the best-first order: prefixes stay trees
@@ -366,3 +367,110 @@ def test_tree_stop_and_choose_tree_size_agree_on_random_ties():
         _, tied = check_tie_case(deltas, cost, draft_ms)
         ties += tied
     assert ties >= 50, ties  # the construction does produce ties (67 of these 1000 cases)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_tree_stop_with_a_calibration_chooses_as_choose_tree_size_on_the_calibrated_weights(seed):
+    """TreeStop prices each node through `PhiCalibration.scale` with the running minimum, node by node as the tree is
+    built: the same choice (size and Φ) as `choose_tree_size` on `PhiCalibration.apply` of the whole tree."""
+    from caddtree.budget import PhiCalibration
+    rng = np.random.default_rng(seed)
+    cal = PhiCalibration(prior_strength=2.0, memory=1.0)
+    for _ in range(300):  # random acceptance rates per bin: over- and underconfident bins
+        lw = np.sort(np.log(rng.uniform(0.01, 1.0, 6)))[::-1]
+        cal.observe(lw, [i for i in range(6) if rng.random() < rng.uniform(0, 1) * np.exp(lw[i])])
+    tree = random_tree(seed, 48)
+    cost = random_cost(seed, 64, flat_frac=0.3)
+    stop = TreeStop(cost, 512, calibration=cal)
+    built = 0
+    for w in tree.log_weights.tolist():
+        built += 1
+        if stop(w):
+            break
+    want = choose_tree_size(cal.apply(tree.log_weights), cost, 512)
+    got = stop.choice()
+    assert got.n == want.n and got.phi == pytest.approx(want.phi, rel=1e-12) and built <= len(tree)
+
+
+def test_phi_calibration_text_ratio_follows_the_current_generation():
+    """Bins learned on a text where nodes of δ 0.5 were accepted half the time; the next text accepts a quarter of
+    them: within it the priced δ falls towards the new rate (the text ratio), and the next generation starts at 1."""
+    from caddtree.budget import PhiCalibration
+    cal = PhiCalibration(prior_strength=4.0, memory=1.0, text_prior=2.0)
+    for i in range(400):
+        cal.observe(np.log([0.5]), accepted=[0] if i % 2 else [])
+    cal.start_text()
+    assert cal.text_ratio() == 1.0 and float(np.exp(cal.apply(np.log([0.5])))[0]) == pytest.approx(0.5, rel=0.02)
+    for i in range(200):
+        cal.observe(np.log([0.5]), accepted=[0] if i % 4 == 0 else [])
+    assert cal.text_ratio() < 0.8 and cal.scale(0.5) < 0.33  # most of the way from 0.5 to 0.25 (bins learn too)
+    cal.start_text()
+    assert cal.text_ratio() == 1.0
+
+
+def test_speculation_gate_stops_drafting_where_it_does_not_pay_and_rechecks_less_and_less():
+    from caddtree.budget import SpeculationGate
+    gate = SpeculationGate(warmup=3, explore_every=4, max_interval=16, margin=0.05)
+    for _ in range(3):  # warm-up: drafts, and each drafted round was worse than a plain step
+        assert gate.draft()
+        gate.observe([(1, 1.25)], plain_ms=1.0)  # 0.8 tokens per ms against 1
+    checks = []
+    for i in range(4 + 8 + 16 + 16):
+        if gate.draft():
+            checks.append(i)
+            gate.observe([(1, 1.25)], 1.0)  # each re-check loses again: the interval doubles, 8, 16, then stays at 16
+    assert checks == [3, 11, 27, 43] and gate.interval == 16
+    gate.reset()
+    assert gate.draft() and gate.interval == 4
+
+
+def test_speculation_gate_follows_a_text_where_speculation_starts_paying():
+    from caddtree.budget import SpeculationGate
+    gate = SpeculationGate(warmup=2, explore_every=4, max_interval=64, margin=0.05)
+    for _ in range(2):
+        gate.draft()
+        gate.observe([(1, 2.0)], 1.0)
+    drafted = 0
+    for _ in range(200):  # the text turns repetitive: every drafted round now yields 3x a plain step's rate
+        if gate.draft():
+            drafted += 1
+            gate.observe([(3, 1.0)], 1.0)
+    assert gate.gain > 0 and gate.interval == 4 and drafted > 190
+
+
+def test_speculation_gate_prices_each_kind_of_round_with_its_measured_overhead():
+    """A drafted round of 2 tokens for C_d + C_v = 10 ms against a plain step of C_v(0) = 8 ms: a gain on the
+    forwards alone, a loss once the drafted rounds' measured 3 ms more of tree build and compaction count (plain
+    rounds: 0.5 ms). The better of two drafts counts (the costly stage's question is the draft gate's)."""
+    from caddtree.budget import SpeculationGate
+    gate = SpeculationGate(memory=0.5)
+    gate.observe([(2, 10.0)], plain_ms=8.0)
+    assert gate.gain == pytest.approx((2 / 10) / (1 / 8) - 1)
+    gate.reset()
+    for ms in (5.0, 3.0):
+        gate.measure(True, ms)
+    gate.measure(False, 0.5)
+    assert gate.overhead == {True: pytest.approx(4.0), False: 0.5}  # first value, then a mean fading by 0.5
+    gate.observe([(2, 10.0)], plain_ms=8.0)
+    assert gate.gain == pytest.approx((2 / 14) / (1 / 8.5) - 1) and gate.gain > 0
+    gate.reset()
+    gate.measure(True, 10.0), gate.measure(True, 10.0)
+    gate.observe([(2, 10.0)], plain_ms=8.0)
+    assert gate.gain < 0
+    gate.reset()
+    gate.observe([(2, 10.0), (4, 12.0)], plain_ms=8.0)  # the costly stage's tree: 4 tokens
+    assert gate.gain == pytest.approx((4 / (12 + gate.overhead[True])) * (8 + gate.overhead[False]) - 1)
+
+
+def test_draft_gate_backs_off_rechecking_a_losing_band_only_when_asked():
+    from caddtree.budget import DraftGate
+    for backoff, want in ((0, [3, 7, 11, 15, 19, 23, 27, 31]), (16, [3, 11, 27])):
+        gate = DraftGate(bands=(1.05,), explore_every=4, warmup=1, backoff=backoff)
+        assert gate.run_rest(0)
+        gate.observe(0, theta1=1.0, theta2=0.5)
+        runs = []
+        for i in range(32):
+            if gate.run_rest(0):
+                runs.append(i)
+                gate.observe(0, 1.0, 0.5)
+        assert runs == want, (backoff, runs)

@@ -323,3 +323,45 @@ def test_context_cache_grows_in_place_and_equals_one_extend():
     for (k, v), (kw, vw) in zip(d.kv, whole.kv):
         torch.testing.assert_close(k, kw, rtol=0, atol=1e-6)
         torch.testing.assert_close(v, vw, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("K", [0, 40])
+def test_skipped_rounds_keep_their_features_for_the_next_proposal(K):
+    """A round that drafts nothing (`skip`) hands its features over; the next proposal is the one a drafter that saw
+    them round by round makes, and a feature row given twice is still refused."""
+    tg = tiny_target()
+    m = tiny_drafter(tg, K=K)
+    toks, feats = seq_features(tg, m.c.target_layers, T=30)
+    every, skipping = DFlashDrafter(m, calibrate=False), DFlashDrafter(m, calibrate=False)
+    every.reset(toks[:6]), skipping.reset(toks[:6])
+    prev = 0
+    for ell, skip in ((6, False), (9, True), (10, True), (17, False), (25, False)):
+        a = every.propose(toks[:ell + 1], feats[prev:ell])
+        if skip:
+            skipping.skip(feats[prev:ell])
+        else:
+            assert torch.allclose(skipping.propose(toks[:ell + 1], feats[prev:ell]), a, atol=1e-5)
+        prev = ell
+    with pytest.raises(CaddtreeError):
+        skipping.propose(toks[:27], feats[25:27])
+
+
+def test_sampled_proposals_are_the_processed_law_and_calibrate_per_setting():
+    """Under sampling the drafter proposes its logits processed as the target's are (`accept.draft_log_probs`);
+    greedily nothing changes; each setting has its own calibration."""
+    from caddtree.accept import SamplingParams, draft_log_probs
+    tg = tiny_target()
+    m = tiny_drafter(tg)
+    toks, feats = seq_features(tg, m.c.target_layers, T=12)
+    d = DFlashDrafter(m, calibrate=False)
+    greedy = d.propose(toks[:11], feats[:10])
+    hot = SamplingParams(temperature=0.5, top_p=0.8)
+    d.set_sampling(hot), d.reset(None)
+    sampled = d.propose(toks[:11], feats[:10])
+    assert torch.allclose(sampled, draft_log_probs(greedy, hot), atol=1e-5)
+    assert not torch.allclose(sampled, greedy, atol=1e-3)
+    c = DFlashDrafter(m, calibrate=True)
+    c.set_sampling(hot)
+    cal_hot = c.calibration
+    c.set_sampling(SamplingParams())
+    assert c.calibration is not cal_hot and c.calibration is c.calibration

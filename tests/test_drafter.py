@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from caddtree.accept import SamplingParams
 from caddtree.drafter import LookupMixtureDrafter, PromptLookupDrafter
 from conftest import FeatureLog, RandomDrafter, make_tiny_target, prompt
 
@@ -157,3 +158,32 @@ def test_calibration_follows_a_change_of_text():
         never.expect(k, [1], [0.5])
         never.observe([0] * k + [1 if k < 5 else 0])
     assert (never.trials, never.hits) == ([10], [5])
+
+
+def test_lookup_calibrates_each_sampling_setting_apart():
+    """How often a vote is the committed token depends on the law the target samples from: a repeat that greedy
+    decoding always copies is copied half the time at T = 1. Each setting learns its own rates; every greedy setting
+    is one (top-k / top-p do not change an argmax)."""
+    d = PromptLookupDrafter(vocab_size=20, num_positions=2, confidence=0.8, prior_strength=4.0)
+    three = [1, 2, 3, 4, 1, 2, 3]  # votes 4 after the 3-token match
+    hot = SamplingParams(temperature=1.0, top_p=0.9)
+    for i in range(16):
+        for params, next_token in ((SamplingParams(), 4), (hot, 4 if i % 2 else 9)):
+            d.set_sampling(params)
+            d.reset(None)
+            d.propose(torch.tensor(three))
+            d.propose(torch.tensor(three + [next_token]))
+    d.set_sampling(SamplingParams(top_k=5, top_p=0.5))  # greedy all the same
+    greedy = d.calibrations[3].rate(0)
+    d.set_sampling(hot)
+    sampled = d.calibrations[3].rate(0)
+    assert greedy > 0.9 and 0.4 < sampled < 0.7, (greedy, sampled)
+    d.set_sampling(SamplingParams(temperature=0.7))  # a setting never seen starts from the prior
+    assert d.calibrations[3].rate(0) == pytest.approx(0.8)
+
+
+def test_mixture_passes_the_sampling_setting_to_both_drafters():
+    mix = LookupMixtureDrafter(RandomDrafter(10, 2), PromptLookupDrafter(10, 2))
+    hot = SamplingParams(temperature=0.7, top_p=0.95)
+    mix.set_sampling(hot)
+    assert mix.sampling == mix.base.sampling == mix.lookup.sampling == hot

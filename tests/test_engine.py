@@ -316,3 +316,44 @@ def test_temperatures_that_round_to_zero_act_as_greedy_and_inf_nan_are_refused()
     for t in (float("inf"), float("nan"), -1.0):
         with pytest.raises(ValueError, match="temperature must be >= 0 and finite"):
             SamplingParams(temperature=t)
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("draft_ms", [0.1, 60.0])
+def test_speculation_gate_drafts_where_it_pays_and_decodes_plainly_elsewhere(seed, draft_ms):
+    """With the speculation gate on (default under sampling; forced on here, greedily, so the output can be
+    compared token for token): the output is plain greedy decoding's, the drafter still gets every feature row
+    exactly once (`FeatureLog`), and a draft priced at 6 plain steps stops being paid after the warm-up (re-checks
+    only), while a nearly free one keeps drafting most rounds."""
+    import numpy as np
+
+    from caddtree.costmodel import CostModel
+    target = make_tiny_target(seed)
+    p = prompt(seed, 16)
+    expect = reference_greedy(target, p, 80)
+    cv = np.r_[10.0, 10.0 + 0.5 * np.arange(1, 17)]
+    cost = CostModel([1], cv[None], np.zeros(17), [draft_ms], [0.0])
+    oracle = OracleDrafter(target, num_positions=4, seed=seed)
+    for drafter in (FeatureLog(target.vocab_size, num_positions=4, seed=seed), oracle):
+        dec = Decoder(target, drafter, method="caddtree", cost_model=cost, speculation_gate=True)
+        out = dec.generate(p, 80)
+        assert out.tokens == expect
+        drafted = [r.drafted for r in out.rounds[:-1]]  # the last round may have no room to draft
+        assert all(isinstance(d, bool) for d in drafted)
+        assert all(r.tree_size == 0 and r.draft_ms == 0.0 for r in out.rounds if r.drafted is False)
+        if draft_ms == 60.0:
+            assert drafted[:4] == [True] * 4 and sum(drafted) <= 4 + len(drafted) // 8, drafted
+        elif drafter is oracle:
+            assert sum(drafted) > 0.7 * len(drafted), drafted
+    assert Decoder(target, oracle, "caddtree", cost_model=cost).generate(p, 8).rounds[0].drafted is None  # greedy
+
+
+def test_caddtree_options_refuse_unknown_values():
+    import numpy as np
+
+    from caddtree.costmodel import CostModel
+    target = make_tiny_target(0)
+    cost = CostModel([1], np.r_[10.0, 10.5][None], np.zeros(2), [2.0], [0.0])
+    for kw in ({"calibrate_phi": "always"}, {"speculation_gate": "on"}):
+        with pytest.raises(CaddtreeError, match=next(iter(kw))):
+            Decoder(target, RandomDrafter(target.vocab_size, 4), method="caddtree", cost_model=cost, **kw)

@@ -116,6 +116,26 @@ def test_tree_verify_logits_equal_each_nodes_own_forward_past_the_window(family)
         torch.testing.assert_close(logits[i + 1], ref, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("family", sorted(WINDOWED))
+def test_the_profiler_runs_past_the_window_and_its_crop_restores_the_cache(family):
+    """The profiler's cycle on a 20-token context, window 6: verify a tree, crop back to the context, verify again
+    (the same logits bit for bit: the crop left every layer, sliding ones included, as before), and a whole
+    `profile_verify` over contexts 4 and 20 gives finite, positive costs."""
+    from caddtree.profile import profile_verify
+    from caddtree.target import crop_cache, prefill
+    target = tiny(family, 6, seed=2)
+    ids = prompt(4, 21, V)
+    cache = target.new_cache()
+    prefill(target, cache, ids[:-1])
+    tree = build_tree(torch.log_softmax(torch.randn(5, V) * 3, -1), 8)
+    first, _ = verify_tree(target, cache, int(ids[-1]), tree)
+    crop_cache(cache, 20)
+    again, _ = verify_tree(target, cache, int(ids[-1]), tree)
+    assert torch.equal(first, again)
+    m = profile_verify(target, [0, 1, 4], [4, 20], repeats=1, warmup=0, progress=False)
+    assert m["ctxs"] == [4, 20] and all(0 < x < 1e4 for row in m["verify_ms"] for x in row)
+
+
 def test_a_model_that_refuses_sdpa_loads_with_eager_attention(tmp_path):
     """Gemma2 with logit softcapping: transformers refuses SDPA; the loader falls back to eager, not a raw error."""
     torch.manual_seed(0)

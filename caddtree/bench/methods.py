@@ -8,7 +8,7 @@ import functools
 import numpy as np
 
 from caddtree.costmodel import CostModel, check_cost_model, fit_cost_model
-from caddtree.engine import Decoder
+from caddtree.engine import SAMPLING_ONLY, Decoder
 from caddtree.errors import CaddtreeError
 from caddtree.target import load_target
 
@@ -17,7 +17,8 @@ PERTURB = {"cd0.5": (0.5, 1.0), "cd2": (2.0, 1.0), "cv0.5": (1.0, 0.5), "cv2": (
 
 
 VARIANTS = {"nogate": {"gate": False}, "predgate": {"gate": "predicted"},  # method suffix -> Decoder(**kw)
-            "cal": {"calibrate_phi": True}}
+            "cal": {"calibrate_phi": True}, "nocal": {"calibrate_phi": False},
+            "spec": {"speculation_gate": SAMPLING_ONLY}}
 
 
 REFITS = {"convex": {"row_group": 1, "verify_fit": "convex"}, "passes": {"verify_fit": "convex"},  # method suffix ->

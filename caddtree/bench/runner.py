@@ -213,4 +213,6 @@ def _run_one(m, target, ids, max_new_tokens, sampling, seed, decoder) -> dict:
                second_stage_rounds=None if dec.gate is None else sum(bool(r.second_stage) for r in res.rounds))
     if dec.gate is not None:  # per round, so the cost model can price each round's draft (`priced_ms_per_token`)
         rec["second_stage"] = [int(bool(r.second_stage)) for r in res.rounds]
+    if any(r.drafted is not None for r in res.rounds):  # the speculation gate decided: rounds without a draft
+        rec["drafted"] = [int(r.drafted is not False) for r in res.rounds]
     return rec

@@ -13,7 +13,8 @@ from caddtree.bench.methods import COST_METHODS, TREE_METHODS, method_family
 
 def priced_ms_per_token(r: dict, cost) -> float | None:
     """A record's decode ms/token priced by the cost model instead of the clock: each round at C_d (the first
-    stage's where the draft gate skipped the costly one), overhead and C_v(n; ℓ), ℓ rebuilt from the accepted
+    stage's where the draft gate skipped the costly one, none where the speculation gate drafted nothing), overhead and
+    C_v(n; ℓ), ℓ rebuilt from the accepted
     tokens; `ar` at C_v(0; ℓ) alone. What the policy chose, priced as CaDDTree itself prices it, free of the
     machine's timing noise. Records from before the per-round `second_stage` list price every round's draft at
     the run's share of costly rounds. None where there is nothing to price (peers, trees past the profile)."""
@@ -25,11 +26,12 @@ def priced_ms_per_token(r: dict, cost) -> float | None:
     if full is None:
         share = 1.0 if r.get("second_stage_rounds") is None else r["second_stage_rounds"] / len(sizes)
         full = [share] * len(sizes)
+    drafted = r.get("drafted") or [1] * len(sizes)  # the speculation gate's plain steps draft nothing
     ctx, total = r["prompt_len"] - 1, 0.0
-    for n, a, f in zip(sizes, acc, full):
+    for n, a, f, d in zip(sizes, acc, full, drafted):
         total += cost.verify_ms(n, ctx)
         if speculative:
-            total += cost.overhead_ms(ctx) + f * cost.draft_ms(ctx) + (1 - f) * cost.cheap_draft_ms(ctx)
+            total += cost.overhead_ms(ctx) + d * (f * cost.draft_ms(ctx) + (1 - f) * cost.cheap_draft_ms(ctx))
         ctx += a + 1
     return total / r["new_tokens"]
 
