@@ -28,7 +28,7 @@ from caddtree.drafter import Drafter, OnlineCalibration, calibration_keep, for_s
 from caddtree.errors import CaddtreeError
 from caddtree.files import atomic_write
 from caddtree.kernels import PackedLinear, pack_linears, q8_0, quantize_linears
-from caddtree.target import append_rows
+from caddtree.kvcache import append_rows
 
 NEG = -1e9  # additive mask value (finite: a fully masked row cannot occur, but -inf would turn it into NaN)
 

@@ -41,7 +41,9 @@ VERSIONS = {"panel": "panel3", "amx": "amx2", "quant": "quant1"}  # panel3/amx2:
 ROW_GROUP = {"panel": 6, "amx": 16}  # rows per pass: panel_linear.cpp's G_MAX, the rows of one AMX tile
 MAX_ROWS = 96  # above this PyTorch's GEMM wins (prefill); measured with `python scripts/compare_kernels.py`
 
-_SOURCES = [Path(__file__).with_name(f) for f in ("panel_linear.cpp", "quant_linear.cpp", "attention.cpp")]
+_SOURCES = [Path(__file__).with_name(f) for f in ("panel_linear.cpp", "quant_linear.cpp", "attention.cpp",
+                                                 "lean_layers.cpp")]
+_HEADERS = [Path(__file__).with_name("vec16.h")]
 # OpenMP: at::parallel_for in the kernels is an `omp parallel` region only when compiled with -fopenmp (else every call
 # runs on one thread). Linked by soname (libgomp.so.1), it binds to the runtime torch has already loaded, so
 # torch.set_num_threads governs it and no second thread pool spins beside torch's.
@@ -51,7 +53,7 @@ _OPENMP = ["-fopenmp"] if sys.platform.startswith("linux") else []
 @functools.cache
 def _library():
     """The compiled kernel module, or None (warned once) where it cannot be built."""
-    source = b"".join(p.read_bytes() for p in _SOURCES) + " ".join(_OPENMP).encode()
+    source = b"".join(p.read_bytes() for p in _SOURCES + _HEADERS) + " ".join(_OPENMP).encode()
     key = hashlib.sha256(source + cpu_tag().encode() + torch.__version__.encode()).hexdigest()[:12]
     build = cache_dir() / "kernels" / key
     try:  # no compiler, no ninja, unsupported platform, unwritable cache: keep PyTorch's linears
@@ -195,7 +197,7 @@ def cat_biases(parts: list[nn.Module]) -> torch.Tensor | None:
 
 # ------------------------------------------------------------------------------------------- GGUF blocks as stored
 GGML_TYPES = {"F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8}  # what quant_linear.cpp reads: ggml type name -> id
-BLOCK_BYTES = {1: 64, 2: 18, 3: 20, 8: 34}  # bytes per 32 weights
+BLOCK_BYTES = {1: 64, 2: 18, 3: 20, 8: 34, 102: 20, 103: 24}  # bytes per 32 weights; 102/103: Q4_0/Q4_1, fp32 scales
 
 
 def quant_row_group() -> int:
@@ -205,32 +207,38 @@ def quant_row_group() -> int:
 
 class QuantLinear(nn.Module):
     """Drop-in for an inference-only linear whose weight W [N, K] is a GGUF tensor: `blocks` [N, K/32 · bytes per
-    block] uint8 are its rows as the file stores them (quant_linear.cpp dequantizes them on the fly, exactly, and sums
-    in fp32). `weight`, the same values in fp32 (the dequantized model's Parameter, or None), serves calls the kernel
-    does not take: more than MAX_ROWS rows (prefill), grad mode, non-CPU or non-fp32 inputs."""
+    block] uint8 are its rows as the file stores them, kept as `rows` in the layout quant_linear.cpp runs (4-bit
+    types with their fp16 scales widened to fp32, `kernel_type`; other types as stored), dequantized on the fly,
+    exactly, and summed in fp32. `weight`, the same values in fp32 (the dequantized model's Parameter, or None), serves
+    calls the kernel does not take: more than MAX_ROWS rows (prefill), grad mode, non-CPU or non-fp32 inputs.
+    kernel_type: `blocks` are already in that kernel layout (as `cat_rows` passes them)."""
 
     def __init__(self, blocks: torch.Tensor, ggml_type: int, in_features: int, bias: torch.Tensor | None = None,
-                 weight: torch.Tensor | None = None):
+                 weight: torch.Tensor | None = None, kernel_type: int | None = None):
         super().__init__()
-        if ggml_type not in BLOCK_BYTES or in_features % 32 or blocks.shape[1] != in_features // 32 * BLOCK_BYTES[
-                ggml_type] or blocks.dtype != torch.uint8:
+        layout = kernel_type or ggml_type
+        if ggml_type not in GGML_TYPES.values() or layout not in BLOCK_BYTES or in_features % 32 or \
+                blocks.shape[1] != in_features // 32 * BLOCK_BYTES[layout] or blocks.dtype != torch.uint8:
             raise ValueError(f"blocks {tuple(blocks.shape)} {blocks.dtype} are not ggml type {ggml_type} rows of "
                              f"{in_features} weights")
-        self.blocks, self.ggml_type, self.bias, self.weight = blocks.contiguous(), ggml_type, bias, weight
+        if kernel_type is None:
+            blocks, kernel_type = _library().quant_repack(blocks.contiguous(), ggml_type, in_features)
+        self.rows, self.kernel_type, self.ggml_type = blocks.contiguous(), kernel_type, ggml_type
+        self.bias, self.weight = bias, weight
         self.out_features, self.in_features = blocks.shape[0], in_features
 
     @classmethod
     def cat_rows(cls, parts: list["QuantLinear"]) -> "QuantLinear | None":
         """The parts as one linear (rows concatenated), or None where their block types or widths differ."""
-        if len({(p.ggml_type, p.in_features) for p in parts}) != 1:
+        if len({(p.kernel_type, p.in_features) for p in parts}) != 1:
             return None
         weight = None if any(p.weight is None for p in parts) else torch.cat([p.weight.detach() for p in parts])
-        return cls(torch.cat([p.blocks for p in parts]), parts[0].ggml_type, parts[0].in_features, cat_biases(parts),
-                   weight)
+        return cls(torch.cat([p.rows for p in parts]), parts[0].ggml_type, parts[0].in_features, cat_biases(parts),
+                   weight, kernel_type=parts[0].kernel_type)
 
     def dequantized(self) -> torch.Tensor:
         """W [N, K] fp32 exactly as the kernel reads it."""
-        return _library().quant_dequantize(self.blocks, self.ggml_type, self.in_features)
+        return _library().quant_dequantize(self.rows, self.kernel_type, self.in_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
@@ -238,7 +246,7 @@ class QuantLinear(nn.Module):
                 or torch.is_grad_enabled()):
             weight = self.weight if self.weight is not None else self.dequantized().to(x.device)
             return F.linear(x, weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
-        y = _library().quant_linear(x.reshape(rows, self.in_features).contiguous(), self.blocks, self.ggml_type)
+        y = _library().quant_linear(x.reshape(rows, self.in_features).contiguous(), self.rows, self.kernel_type)
         if self.bias is not None:
             y += self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
@@ -268,6 +276,25 @@ def quantize_linears(module: nn.Module) -> int:
                 setattr(parent, name, quant)
                 count += 1
     return count
+
+
+def kernel_linear(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor, int, int] | None:
+    """(weights, bias or an empty tensor, kind, arg) as lean_layers.cpp runs `module`: GGUF blocks (kind 0, arg: the
+    ggml type) or fp32 panels (kind 1, arg: N); None for any other linear (PyTorch's, AMX, a `FusedLinear`)."""
+    if type(module) is QuantLinear:
+        weights, kind, arg = module.rows, 0, module.kernel_type
+    elif type(module) is PackedLinear and module.kind == "panel":
+        weights, kind, arg = module.packed, 1, module.out_features
+    else:
+        return None
+    bias = torch.empty(0) if module.bias is None else module.bias.detach().float().contiguous()
+    return weights, bias, kind, arg
+
+
+def lean_layers(tensors: list[torch.Tensor], ints: list[int], floats: list[float], h: int, g: int, d: int,
+                scale: float):
+    """lean_layers.cpp's LeanLayers over these per-layer weights (its constructor documents the lists)."""
+    return _library().LeanLayers(tensors, ints, floats, h, g, d, scale)
 
 
 def row_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor | None,

@@ -1,34 +1,38 @@
 """A lean forward for Llama-shaped Hugging Face causal LMs (llama, mistral, qwen2, qwen3): the HF model's logits
-with a handful of PyTorch ops per layer instead of HF's module tree.
+with a handful of PyTorch ops per layer instead of HF's module tree, or, for the 1-96 rows of a plain step or a tree
+verify on the CPU kernels, with the whole layer loop in one C++ call (`lean_layers.cpp`).
 
 Why: at one token per step the model's Python and module overhead, not its arithmetic, sets much of the step time.
-HF dispatches ~74 aten ops per decoder layer (135 torch-function calls); this forward ~45 (72), about 25 of them its
-own, the rest inside the linears and the KV cache. A layer here is: rms_norm, one fused q/k/v linear, RoPE on q and k
-together (cos/sin from the model's own `rotary_emb`, once per forward), the KV cache update, grouped-query SDPA without
-repeating the KV heads (as `caddtree.target.grouped_sdpa`), o_proj, residual, rms_norm, one fused gate/up linear,
-silu(gate) * up, down, residual. The linears are the model's own modules (nn.Linear, PackedLinear or a quantized
-linear), fused once by `caddtree.kernels.fuse_linears`. SmolLM2-135M on its native Q4_1 blocks, context 300, a
-shared 2-core AMD EPYC (`python scripts/step_profile.py`, results/bench-amd512-native/step_profile.md): one-token
-step 21.8 ms (HF forward) -> 15.0 ms on 2 threads, 27.9 -> 18.9 on 1; the time outside linears and attention
-8.6 -> 4.1 ms.
+HF dispatches ~74 aten ops per decoder layer (135 torch-function calls); the Python loop here ~45 (72), about 25 of
+them its own, the rest inside the linears and the KV cache. A layer is: rms_norm, one fused q/k/v linear, RoPE on q and
+k together (cos/sin from the model's own `rotary_emb`, once per forward), the KV cache update, grouped-query attention
+without repeating the KV heads, o_proj, residual, rms_norm, one fused gate/up linear, silu(gate) * up, down,
+residual. The linears are the model's own modules (nn.Linear, PackedLinear or QuantLinear), fused once by
+`caddtree.kernels.fuse_linears`. Where every linear is a CPU kernel's (GGUF blocks or fp32 panels), the C++ loop runs
+the same layer with the kernels called directly and the KV rows written into the cache's buffers
+(`GrowingLayer.reserve`). SmolLM2-135M on its native Q4_1 blocks, context 300, a shared 2-core AMD EPYC (`python
+scripts/step_profile.py`, results/bench-amd512-lean2/step_profile.md): one-token step 17.1 ms (HF forward) -> 10.4
+(Python loop) -> 7.4 (C++ loop) on 2 threads; the time outside linears and attention 7.5 -> 3.4 -> 1.0 ms.
 
 Exactness (batch invariance): a plain step (n = 1, no mask) and a tree verify (n > 1, ancestor mask) must give a token
-the same logits bit for bit. Norms, RoPE and silu compute each row alone; the linears do where they are
-batch-invariant (PackedLinear, QuantLinear; PyTorch's own GEMM is not). PyTorch's SDPA is not: a row's result changes
-with the number of query rows and with masked columns around it. On CPU in fp32 attention is therefore
+the same logits bit for bit. Norms, RoPE and silu compute each row alone (in both loops); the linears do where they
+are batch-invariant (PackedLinear, QuantLinear; PyTorch's own GEMM is not). PyTorch's SDPA is not: a row's result
+changes with the number of query rows and with masked columns around it. On CPU in fp32 attention is therefore
 `kernels.row_attention`: each row alone over its allowed columns in cache order, so a tree node's output is the plain
 step's bit for bit. Elsewhere (no C++ kernels, another dtype or device) the rows of a verify whose mask is the causal
 one (the root and the leading chain of the tree) are attended one by one with exactly the plain step's SDPA call, the
 others (nodes after the first branch) in one grouped call with the mask: those match a plain step only to fp32
 rounding (~1e-6), so a near-tie there could flip a token. Prefill (more rows than the kernels take, no mask) uses
-one causal SDPA call: nothing compares its rows with plain steps.
+the Python loop and one causal SDPA call: nothing compares its rows with plain steps. The two loops round norms and
+silu differently in the last place, so which one runs is decided by the row count alone, never per call site.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from caddtree.kernels import MAX_ROWS, fuse_linears, packing_available, row_attention
+from caddtree.kernels import MAX_ROWS, fuse_linears, kernel_linear, lean_layers, packing_available, row_attention
+from caddtree.kvcache import GrowingLayer
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 
@@ -77,9 +81,11 @@ def lean_unsupported(model) -> str | None:
 class LeanForward:
     """`Target.forward`'s contract for a supported HF *ForCausalLM (on its device, eval mode, linears final)."""
 
-    def __init__(self, model, exact: bool = True):
+    def __init__(self, model, exact: bool = True, native: bool = True):
         """exact: attend a verify's causal-prefix rows one by one as plain steps (bit-identical to them; each such
-        row reads the whole cache again), else every row of a masked forward in one grouped call."""
+        row reads the whole cache again), else every row of a masked forward in one grouped call. native: run the
+        decoder layers of up to MAX_ROWS rows in one C++ call (`lean_layers.cpp`) where every linear is one of the
+        CPU kernels' (GGUF blocks or fp32 panels); False: always this file's Python loop."""
         reason = lean_unsupported(model)
         if reason is not None:
             raise ValueError(f"LeanForward cannot run this model: {reason}")
@@ -106,6 +112,28 @@ class LeanForward:
             self.layers.append((ln1.weight, ln1.variance_epsilon, fuse_linears([a.q_proj, a.k_proj, a.v_proj]),
                                 qk_norm, a.o_proj, ln2.weight, ln2.variance_epsilon,
                                 fuse_linears([m.gate_proj, m.up_proj]), m.down_proj, m.gate_proj.out_features))
+        self.native = self._native_layers() if native and self.row_kernel else None
+
+    @property
+    def label(self) -> str:
+        """This forward in cost-profile keys: 'lean2' where the C++ layer loop runs, else 'lean'."""
+        return "lean2" if self.native is not None else "lean"
+
+    def _native_layers(self):
+        """lean_layers.cpp's LeanLayers over these layers, or None where a linear is not a CPU kernel's or a norm
+        weight is not CPU fp32."""
+        tensors, ints, floats = [], [], []
+        for w1, e1, qkv_proj, qk_norm, o_proj, w2, e2, gate_up, down, inter in self.layers:
+            specs = [kernel_linear(m) for m in (qkv_proj, o_proj, gate_up, down)]
+            norms = [w1, w2] + ([qk_norm[0]] if qk_norm is not None else [])
+            if any(s is None for s in specs) or any(t.dtype != torch.float32 or t.device.type != "cpu" for t in norms):
+                return None
+            (qw, qb, qk, qa), (ow, ob, ok, oa), (gw, gb, gk, ga), (dw, db, dk, da) = specs
+            qn = qk_norm[0].contiguous() if qk_norm is not None else torch.empty(0)
+            tensors += [w1.detach().contiguous(), qw, qb, qn, ow, ob, w2.detach().contiguous(), gw, gb, dw, db]
+            ints += [qk, qa, ok, oa, gk, ga, dk, da, inter]
+            floats += [e1, e2, qk_norm[1] if qk_norm is not None else 0.0]
+        return lean_layers(tensors, ints, floats, self.h, self.g, self.d, self.scale)
 
     @torch.inference_mode()
     def __call__(self, input_ids, cache, position_ids=None, attn_mask=None, hidden_layers=()):
@@ -114,12 +142,43 @@ class LeanForward:
         [n, ctx + n] float additive or None (causal). Returns logits [n, V] float32 and the outputs of the decoder
         layers in `hidden_layers`, concatenated [n, len(hidden_layers) * H] (None if none asked)."""
         n, ctx = input_ids.shape[0], cache.get_seq_length()
-        h, g, d = self.h, self.g, self.d
         if position_ids is None:
             position_ids = torch.arange(ctx, ctx + n, device=input_ids.device)
         x = self.embed(input_ids)  # [n, H]
-        H = x.shape[-1]
         cos, sin = self.rotary(x, position_ids[None])  # [1, n, d] each
+        if (self.native is not None and n <= MAX_ROWS and x.device.type == "cpu" and x.dtype == torch.float32
+                and all(type(layer) is GrowingLayer for layer in cache.layers)):
+            x, feats = self._native_call(x, cos[0].contiguous(), sin[0].contiguous(), cache, ctx, attn_mask,
+                                         hidden_layers)
+        else:
+            x, feats = self._python_layers(x, cos, sin, cache, ctx, attn_mask, hidden_layers)
+        H, want = x.shape[-1], set(hidden_layers)
+        x = F.rms_norm(x, (H,), self.norm_w, self.norm_eps)
+        if self.tie_last and len(self.layers) - 1 in want:  # HF's hidden_states[-1] is the normed output
+            feats[len(self.layers) - 1] = x
+        logits = self.lm_head(x).float()  # [n, V]
+        if not want:
+            return logits, None
+        return logits, torch.cat([feats[k] for k in hidden_layers], dim=-1)
+
+    def _native_call(self, x, cos, sin, cache, ctx, attn_mask, hidden_layers):
+        """The decoder layers in one C++ call: x [n, H], cos/sin [n, d]; the cache's buffers get room for n rows,
+        lean_layers.cpp writes them, then the layers take them in. -> (x [n, H], {layer: its output [n, H]})."""
+        n = x.shape[0]
+        like = x.new_empty(1, self.g, 0, self.d)
+        buffers = [layer.reserve(n, like) for layer in cache.layers]
+        allowed = torch.empty(0, dtype=torch.bool) if attn_mask is None else (attn_mask == 0).contiguous()
+        out = self.native.forward(x, cos, sin, [k for k, _ in buffers], [v for _, v in buffers], ctx, allowed,
+                                  list(hidden_layers))
+        for layer in cache.layers:
+            layer.advance(n)
+        return out[0], dict(zip(hidden_layers, out[1:]))
+
+    def _python_layers(self, x, cos, sin, cache, ctx, attn_mask, hidden_layers):
+        """The decoder layers as PyTorch calls (any row count, dtype, device): x [n, H], cos/sin [1, n, d] ->
+        (x [n, H], {layer: its output [n, H]})."""
+        n, H = x.shape
+        h, g, d = self.h, self.g, self.d
         cos, sin = cos.reshape(n, 1, 2, d // 2), sin.reshape(n, 1, 2, d // 2) * self.sign  # [n, 1, 2, d/2]
         allowed = None  # row_attention's [n, L] bool mask (None: causal), where that kernel runs
         if self.row_kernel and n <= MAX_ROWS and x.device.type == "cpu" and x.dtype == torch.float32:
@@ -142,13 +201,7 @@ class LeanForward:
             x = x + down(F.silu(gu[:, :inter]) * gu[:, inter:])
             if i in want:
                 feats[i] = x
-        x = F.rms_norm(x, (H,), self.norm_w, self.norm_eps)
-        if self.tie_last and len(self.layers) - 1 in want:  # HF's hidden_states[-1] is the normed output
-            feats[len(self.layers) - 1] = x
-        logits = self.lm_head(x).float()  # [n, V]
-        if not want:
-            return logits, None
-        return logits, torch.cat([feats[k] for k in hidden_layers], dim=-1)
+        return x, feats
 
     def _plan(self, n, ctx, attn_mask, x):
         """-> (exact: the leading rows attended one by one as plain steps, mask [r * (n - exact), ctx + n] for the

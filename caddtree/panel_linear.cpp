@@ -259,11 +259,14 @@ torch::Tensor amx_linear(torch::Tensor x, torch::Tensor packed, int64_t N) {
 // quant_linear.cpp
 torch::Tensor quant_linear(torch::Tensor x, torch::Tensor blocks, int64_t type);
 torch::Tensor quant_dequantize(torch::Tensor blocks, int64_t type, int64_t K);
+std::tuple<torch::Tensor, int64_t> quant_repack(torch::Tensor blocks, int64_t type, int64_t K);
 int64_t quant_rows_per_strip();
 int64_t quant_row_group();
 // attention.cpp
 torch::Tensor row_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values, torch::Tensor allowed,
                             double scale);
+// lean_layers.cpp
+void register_lean_layers(pybind11::module_& m);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("panel_width", &panel_width, "output columns per panel in this build");
@@ -273,7 +276,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("amx_linear", &amx_linear, "y = x @ W^T from amx_pack(W)");
   m.def("quant_linear", &quant_linear, "y = x @ W^T from W's GGUF blocks as stored");
   m.def("quant_dequantize", &quant_dequantize, "GGUF blocks -> fp32 W, as quant_linear reads them");
+  m.def("quant_repack", &quant_repack, "GGUF blocks -> (the layout quant_linear runs, its type)");
   m.def("quant_rows_per_strip", &quant_rows_per_strip, "weight rows per strip in this build");
   m.def("quant_row_group", &quant_row_group, "input rows per pass over a strip in this build");
   m.def("row_attention", &row_attention, "attention of each query row over its allowed columns, row-invariant");
+  register_lean_layers(m);  // class LeanLayers: the decoder layers of a Llama-shaped model in one call
 }

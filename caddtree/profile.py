@@ -80,9 +80,9 @@ def size_grid(ns, group: int, boundaries: int = 3) -> list[int]:
 
 def device_label(target) -> str:
     """Profiles depend on the device and, on CPU, the thread count, the linear kernels, the weights (native GGUF
-    blocks or fp32), the forward (lean or HF's) and the dtype (named when not fp32)."""
+    blocks or fp32), the forward (HF's, lean, or lean2 with the C++ layer loop) and the dtype (named when not fp32)."""
     dev = target.device
-    forward = "-lean" if getattr(target, "lean", None) is not None else ""
+    forward = f"-{target.lean.label}" if getattr(target, "lean", None) is not None else ""
     if target.dtype != torch.float32:  # fp32 keys stay as they were
         forward += f"-{str(target.dtype).removeprefix('torch.')}"
     if dev.type == "cuda":

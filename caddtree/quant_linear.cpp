@@ -28,15 +28,21 @@
 
 namespace {
 
-enum Type : int64_t { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q8_0 = 8 };  // ggml type ids
+// ggml type ids, and the two 4-bit layouts the kernel runs (`quant_repack`): each block's fp16 scales stored as fp32
+// ahead of its nibbles (Q4_0S: d, 16 B = 20 bytes; Q4_1S: d, m, 16 B = 24 bytes). Why: building a block's table from
+// fp16 scales (a load, a conversion, two broadcasts) cost as many instructions as the rest of a plain step's block;
+// from fp32 in memory the broadcasts are plain loads. The values, hence every result, are the same.
+enum Type : int64_t { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, Q4_0S = 102, Q4_1S = 103 };
 constexpr int64_t QK = 32;                                        // weights per block
 
-int64_t block_bytes(int64_t type) {
+constexpr int64_t block_bytes(int64_t type) {
   switch (type) {
     case F16: return 64;
     case Q4_0: return 18;
     case Q4_1: return 20;
     case Q8_0: return 34;
+    case Q4_0S: return 20;
+    case Q4_1S: return 24;
     default: return -1;
   }
 }
@@ -81,6 +87,12 @@ inline __m128 fp16x2(const uint8_t* p) {  // [fp16 at p, fp16 at p + 2, 0, 0]
 inline float fp16(const uint8_t* p) { return half_to_float(p); }
 #endif
 
+inline float f32(const uint8_t* p) {
+  float f;
+  std::memcpy(&f, p, 4);
+  return f;
+}
+
 // ---------------------------------------------------------------------------------------- dequantize one block
 // out[0:32] = the block's 32 weights in fp32
 #if defined(__AVX512F__)
@@ -88,16 +100,20 @@ inline float fp16(const uint8_t* p) { return half_to_float(p); }
 // d·[0..15] + m (one FMA) looked up by nibble with one permute each (vpermps reads the low 4 bits of each index).
 template <int64_t type>
 inline void dequant_regs(const uint8_t* b, __m512& lo, __m512& hi) {
-  if constexpr (type == Q4_1 || type == Q4_0) {
+  if constexpr (type == Q4_1 || type == Q4_0 || type == Q4_1S || type == Q4_0S) {
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512 table;
     if constexpr (type == Q4_1) {
       const __m128 dm = fp16x2(b);  // [d, m]
       table = _mm512_fmadd_ps(iota, _mm512_broadcastss_ps(dm), _mm512_broadcastss_ps(_mm_movehdup_ps(dm)));  // d·q + m
+    } else if constexpr (type == Q4_1S) {
+      table = _mm512_fmadd_ps(iota, _mm512_set1_ps(f32(b)), _mm512_set1_ps(f32(b + 4)));
     } else {
-      table = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(8.0f)), _mm512_set1_ps(fp16(b)));  // d·(q - 8), exact
+      const float d = type == Q4_0 ? fp16(b) : f32(b);
+      table = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(8.0f)), _mm512_set1_ps(d));  // d·(q - 8), exact
     }
-    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + (type == Q4_1 ? 4 : 2))));
+    constexpr int64_t nibbles = type == Q4_1 ? 4 : type == Q4_0 ? 2 : type == Q4_1S ? 8 : 4;
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + nibbles)));
     lo = _mm512_permutexvar_ps(v, table);
     hi = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
   } else if constexpr (type == Q8_0) {
@@ -121,17 +137,18 @@ inline void dequant_block(const uint8_t* b, float* out) {
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 template <int64_t type>
 inline void dequant_block(const uint8_t* b, float* out) {
-  if constexpr (type == Q4_1 || type == Q4_0) {
-    const float d = fp16(b);
+  if constexpr (type == Q4_1 || type == Q4_0 || type == Q4_1S || type == Q4_0S) {
+    constexpr bool has_m = type == Q4_1 || type == Q4_1S, wide = type == Q4_1S || type == Q4_0S;  // wide: fp32 scales
+    const float d = wide ? f32(b) : fp16(b);
     const __m256 D = _mm256_set1_ps(d);
-    const __m256 M = _mm256_set1_ps(type == Q4_1 ? fp16(b + 2) : -8.0f * d);
-    const uint8_t* qs = b + (type == Q4_1 ? 4 : 2);
+    const __m256 M = _mm256_set1_ps(has_m ? (wide ? f32(b + 4) : fp16(b + 2)) : -8.0f * d);
+    const uint8_t* qs = b + (type == Q4_1S ? 8 : type == Q4_0 ? 2 : 4);
     const __m256 eight = _mm256_set1_ps(8.0f);
     for (int h = 0; h < 2; ++h) {  // bytes 8h .. 8h+7 -> elements 8h.. (low nibbles) and 16+8h.. (high nibbles)
       const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * h)));
       const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0xF)));
       const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
-      if constexpr (type == Q4_1) {
+      if constexpr (has_m) {
         _mm256_storeu_ps(out + 8 * h, _mm256_fmadd_ps(lo, D, M));
         _mm256_storeu_ps(out + 16 + 8 * h, _mm256_fmadd_ps(hi, D, M));
       } else {
@@ -153,14 +170,15 @@ inline void dequant_block(const uint8_t* b, float* out) {
 #else
 template <int64_t type>
 inline void dequant_block(const uint8_t* b, float* out) {
-  if constexpr (type == Q4_1 || type == Q4_0) {
-    const float d = half_to_float(b);
-    const float m = type == Q4_1 ? half_to_float(b + 2) : 0.0f;
-    const uint8_t* qs = b + (type == Q4_1 ? 4 : 2);
+  if constexpr (type == Q4_1 || type == Q4_0 || type == Q4_1S || type == Q4_0S) {
+    constexpr bool has_m = type == Q4_1 || type == Q4_1S, wide = type == Q4_1S || type == Q4_0S;  // wide: fp32 scales
+    const float d = wide ? f32(b) : half_to_float(b);
+    const float m = has_m ? (wide ? f32(b + 4) : half_to_float(b + 2)) : 0.0f;
+    const uint8_t* qs = b + (type == Q4_1S ? 8 : type == Q4_0 ? 2 : 4);
     for (int j = 0; j < 16; ++j) {
       const int lo = qs[j] & 0xF, hi = qs[j] >> 4;
-      out[j] = type == Q4_1 ? std::fma(float(lo), d, m) : float(lo - 8) * d;
-      out[j + 16] = type == Q4_1 ? std::fma(float(hi), d, m) : float(hi - 8) * d;
+      out[j] = has_m ? std::fma(float(lo), d, m) : float(lo - 8) * d;
+      out[j + 16] = has_m ? std::fma(float(hi), d, m) : float(hi - 8) * d;
     }
   } else if constexpr (type == Q8_0) {
     const float d = half_to_float(b);
@@ -177,6 +195,8 @@ inline void dequant_row(int64_t type, const uint8_t* row, int64_t nb, int64_t bb
     case Q4_0: for (int64_t b = 0; b < nb; ++b) dequant_block<Q4_0>(row + b * bb, out + b * QK); break;
     case Q4_1: for (int64_t b = 0; b < nb; ++b) dequant_block<Q4_1>(row + b * bb, out + b * QK); break;
     case Q8_0: for (int64_t b = 0; b < nb; ++b) dequant_block<Q8_0>(row + b * bb, out + b * QK); break;
+    case Q4_0S: for (int64_t b = 0; b < nb; ++b) dequant_block<Q4_0S>(row + b * bb, out + b * QK); break;
+    case Q4_1S: for (int64_t b = 0; b < nb; ++b) dequant_block<Q4_1S>(row + b * bb, out + b * QK); break;
     default: for (int64_t b = 0; b < nb; ++b) dequant_block<F16>(row + b * bb, out + b * QK); break;
   }
 }
@@ -276,7 +296,7 @@ constexpr int FUSED_MAX = 4;  // 4 x 4 accumulators + 8 weights + 2 inputs of th
 template <int64_t type, int G, int RR>
 void fused_rows(const float* x, int64_t K, const uint8_t* strip, int64_t row_bytes, float* y, int64_t N, int64_t m0,
                 int64_t n0) {
-  constexpr int64_t bb = type == F16 ? 64 : type == Q4_0 ? 18 : type == Q4_1 ? 20 : 34;
+  constexpr int64_t bb = block_bytes(type);
   __m512 acc[RR][G];
   for (int r = 0; r < RR; ++r)
     for (int g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_ps();
@@ -329,7 +349,7 @@ constexpr int FUSED_MAX = 0;  // no register path: every call dequantizes strips
 // x [M, K] fp32 contiguous; blocks [N, K/32 * block_bytes(type)] uint8 (a GGUF tensor's rows as stored) -> y [M, N]
 torch::Tensor quant_linear(torch::Tensor x, torch::Tensor blocks, int64_t type) {
   const int64_t bb = block_bytes(type);
-  TORCH_CHECK(bb > 0, "quant_linear: unsupported ggml type ", type, " (F16=1, Q4_0=2, Q4_1=3, Q8_0=8)");
+  TORCH_CHECK(bb > 0, "quant_linear: unsupported type ", type, " (F16=1, Q4_0=2, Q4_1=3, Q8_0=8, Q4_0S=102, Q4_1S=103)");
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat, "x: [M, K] contiguous fp32");
   const int64_t M = x.size(0), K = x.size(1), N = blocks.size(0), nb = K / QK;
   TORCH_CHECK(K % QK == 0 && blocks.dim() == 2 && blocks.is_contiguous() && blocks.scalar_type() == torch::kUInt8 &&
@@ -340,9 +360,13 @@ torch::Tensor quant_linear(torch::Tensor x, torch::Tensor blocks, int64_t type) 
   const uint8_t* bp = blocks.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
 #if defined(__AVX512F__)
-  if (M <= FUSED_MAX && (type == Q4_0 || type == Q4_1)) {  // Q8_0/F16 measured faster through the buffer
-    if (type == Q4_0) fused_linear<Q4_0>(xp, M, K, bp, yp, N);
-    else fused_linear<Q4_1>(xp, M, K, bp, yp, N);
+  if (M <= FUSED_MAX && (type == Q4_0 || type == Q4_1 || type == Q4_0S || type == Q4_1S)) {  // Q8_0/F16: faster
+    switch (type) {                                                                             // through the buffer
+      case Q4_0: fused_linear<Q4_0>(xp, M, K, bp, yp, N); break;
+      case Q4_1: fused_linear<Q4_1>(xp, M, K, bp, yp, N); break;
+      case Q4_0S: fused_linear<Q4_0S>(xp, M, K, bp, yp, N); break;
+      default: fused_linear<Q4_1S>(xp, M, K, bp, yp, N); break;
+    }
     return y;
   }
 #endif
@@ -372,6 +396,28 @@ torch::Tensor quant_dequantize(torch::Tensor blocks, int64_t type, int64_t K) {
   float* wp = w.data_ptr<float>();
   for (int64_t n = 0; n < N; ++n) dequant_row(type, bp + n * nb * bb, nb, bb, wp + n * K);
   return w;
+}
+
+// blocks [N, K/32 * block_bytes(type)] -> (the same weights in the layout the kernel runs, its type): Q4_0 -> Q4_0S,
+// Q4_1 -> Q4_1S (fp16 scales widened to fp32, exactly); other types as they are
+std::tuple<torch::Tensor, int64_t> quant_repack(torch::Tensor blocks, int64_t type, int64_t K) {
+  const int64_t bb = block_bytes(type), N = blocks.size(0), nb = K / QK;
+  TORCH_CHECK(bb > 0 && K % QK == 0 && blocks.is_contiguous() && blocks.size(1) == nb * bb, "bad blocks/type/K");
+  if (type != Q4_0 && type != Q4_1) return {blocks, type};
+  const int64_t to = type == Q4_0 ? Q4_0S : Q4_1S, scales = type == Q4_0 ? 1 : 2, ob = block_bytes(to);
+  auto out = torch::empty({N, nb * ob}, blocks.options());
+  const uint8_t* src = blocks.data_ptr<uint8_t>();
+  uint8_t* dst = out.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < N * nb; ++i) {
+    const uint8_t* b = src + i * bb;
+    uint8_t* o = dst + i * ob;
+    for (int64_t s = 0; s < scales; ++s) {
+      const float v = half_to_float(b + 2 * s);
+      std::memcpy(o + 4 * s, &v, 4);
+    }
+    std::memcpy(o + 4 * scales, b + 2 * scales, 16);
+  }
+  return {out, to};
 }
 
 int64_t quant_rows_per_strip() { return R; }

@@ -22,6 +22,7 @@ from caddtree.errors import CaddtreeError
 from caddtree.files import cache_dir, publish_dir_once
 from caddtree.gguf_weights import use_gguf_blocks
 from caddtree.kernels import pack_linears
+from caddtree.kvcache import GrowingLayer
 from caddtree.lean import LeanForward, lean_unsupported
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
@@ -209,40 +210,6 @@ def crop_cache(cache, ctx: int) -> None:
 
 
 # ------------------------------------------------------------------------------------- KV cache and attention kernels
-
-class GrowingLayer(DynamicLayer):
-    """DynamicLayer whose keys/values are views of a buffer with spare room, so appending n tokens copies n rows.
-
-    Why: DynamicLayer concatenates, i.e. copies the whole cache of every layer at every forward; for SmolLM2 at a
-    300-token context that was ~10 ms of a ~60 ms decoding step, growing with the context. `crop` and
-    `compact_cache` keep working on the views (they shorten `keys`/`values`; the buffer is reused)."""
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-            self.buf_k = self.buf_v = None
-        old_k, old_v = (self.keys, self.values) if self.keys.dim() == 4 else (None, None)
-        self.buf_k, self.keys = append_rows(self.buf_k, old_k, key_states)
-        self.buf_v, self.values = append_rows(self.buf_v, old_v, value_states)
-        return self.keys, self.values
-
-
-def append_rows(buf: torch.Tensor | None, old: torch.Tensor | None, new: torch.Tensor):
-    """Append new [..., n, d] after old [..., m, d] along dim -2 -> (buffer [..., capacity, d], view of its first
-    m + n rows). In place when `old` is still a prefix view of `buf` with room for n more rows (then only n rows are
-    copied); else a buffer of twice the rows (at least 256) is allocated and `old` copied in. Shared by the target's
-    KV cache (`GrowingLayer`) and the DFlash drafter's context cache."""
-    m, n = (0 if old is None else old.shape[-2]), new.shape[-2]
-    prefix = (buf is not None and m + n <= buf.shape[-2] and (old is None or (
-        old.data_ptr() == buf.data_ptr() and old.stride() == buf.stride())))
-    if not prefix:
-        grown = new.new_empty((*new.shape[:-2], max(2 * (m + n), 256), new.shape[-1]))
-        if m:
-            grown[..., :m, :] = old
-        buf = grown
-    buf[..., m:m + n, :] = new
-    return buf, buf[..., :m + n, :]
-
 
 def grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
     """SDPA for grouped-query attention under an explicit mask (tree verification, multi-token steps, batched

@@ -22,8 +22,9 @@ from caddtree.files import cpu_name
 from caddtree.kernels import PackedLinear, QuantLinear
 from caddtree.target import load_target
 
-CONFIGS = {  # name -> load_target keywords
+CONFIGS = {  # name -> load_target keywords (python_layers: the lean forward without its C++ layer loop)
     "native, lean": dict(weights="native"),
+    "native, lean, Python layers": dict(weights="native", python_layers=True),
     "fp32 panel, lean": dict(weights="fp32"),
     "native, HF forward": dict(weights="native", lean=False),
     "HF as loaded (fp32, PyTorch linears)": dict(weights="fp32", pack=False, lean=False),
@@ -47,7 +48,7 @@ def weight_bytes(model) -> int:
     total = 0
     for m in model.modules():
         if isinstance(m, QuantLinear):
-            total += m.blocks.numel()
+            total += m.rows.numel()
         elif isinstance(m, (PackedLinear, torch.nn.Linear)):
             total += m.weight.numel() * m.weight.element_size()
     return total
@@ -59,6 +60,7 @@ class Timers:
     def __init__(self, target):
         self.lib, self.t = kernels._library(), {"linears": 0.0, "lm_head": 0.0, "attention": 0.0}
         self.head = target.model.get_output_embeddings()
+        self.native = getattr(target.lean, "native", None)  # lean_layers.cpp calls the kernels itself
         self.saved = {}
 
     def wrap(self, owner, name, key):
@@ -71,6 +73,20 @@ class Timers:
             self.t[key] += time.perf_counter() - t0
             return out
         setattr(owner, name, timed)
+
+    def reset(self):
+        self.t = dict.fromkeys(self.t, 0.0)
+        if self.native is not None:
+            self.native.take_times()
+
+    def totals(self) -> dict:
+        """Seconds per part since `reset`, the C++ layer loop's own timers added where it ran."""
+        t = dict(self.t)
+        if self.native is not None:
+            lin, att, _ = self.native.take_times()
+            t["linears"] += lin
+            t["attention"] += att
+        return t
 
     def __enter__(self):
         self.wrap(F, "scaled_dot_product_attention", "attention")
@@ -102,7 +118,7 @@ def time_steps(target, ctx: int, steps: int, timers: Timers | None = None) -> li
     times = []
     for i in range(steps + 5):
         if i == 5 and timers is not None:
-            timers.t = dict.fromkeys(timers.t, 0.0)
+            timers.reset()
         t0 = time.perf_counter()
         target.forward(one, cache)
         if i >= 5:
@@ -124,11 +140,16 @@ def main() -> None:
     print("| configuration | step ms | linears (body) | LM head | attention | other | weights read | floor ms |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, kw in CONFIGS.items():
+        kw = dict(kw)
+        python_layers = kw.pop("python_layers", False)
         target = load_target(args.target, device="cpu", **kw)
+        if python_layers:
+            target.lean = lean.LeanForward(target.model, native=False)
         whole = statistics.median(time_steps(target, args.ctx, args.steps))
         with Timers(target) as tm:  # the parts are means per step of the timed pass; 'other' is its mean rest
             timed = statistics.fmean(time_steps(target, args.ctx, args.steps, tm))
-        lin, head, att = (1000 * tm.t[k] / args.steps for k in ("linears", "lm_head", "attention"))
+        parts = tm.totals()
+        lin, head, att = (1000 * parts[k] / args.steps for k in ("linears", "lm_head", "attention"))
         other = max(timed - lin - head - att, 0.0)
         total_b = weight_bytes(target.model)
         print(f"| {name} | {whole:.2f} | {lin:.2f} | {head:.2f} | {att:.2f} | {other:.2f} | {total_b / 1e6:.1f} MB "

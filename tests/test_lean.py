@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 from caddtree.costmodel import CostModel
 from caddtree.drafter import PromptLookupDrafter
 from caddtree.engine import Decoder
-from caddtree.kernels import pack_linears, packing_available
+from caddtree.kernels import MAX_ROWS, pack_linears, packing_available
 from caddtree.lean import LeanForward, lean_unsupported
 from caddtree.target import Target
 from caddtree.tree import Tree, verify_inputs
@@ -81,15 +81,22 @@ def assert_close(got, want, what):
     assert err <= 1e-4 * scale, f"{what}: max error {err:.3g} at scale {scale:.3g}"
 
 
+@pytest.mark.parametrize("native", [False, True], ids=["python-layers", "cpp-layers"])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_lean_matches_hf(family):
+def test_lean_matches_hf(family, native):
     """Chunked prefill (the second chunk causal on a non-empty cache), single steps, a tree verify with its ancestor
-    mask and depths, compaction of the accepted path, one more step: logits, features and cache as HF's."""
+    mask and depths, compaction of the accepted path, one more step: logits, features and cache as HF's. native: the
+    linears packed, so the layers of every forward run in one C++ call (lean_layers.cpp)."""
     model = make_model(family)
     assert lean_unsupported(model) is None
     if family.startswith("llama-tied") or family == "qwen3":
         assert model.lm_head.weight is model.model.embed_tokens.weight
+    if native:
+        if not packing_available():
+            pytest.skip("the CPU kernels are not built here")
+        pack_linears(model)
     target, lean = make_target(model), LeanForward(model)
+    assert (lean.native is not None) == native and lean.label == ("lean2" if native else "lean")
     layers = [model.config.num_hidden_layers - 1, 0]  # the last one: HF's hidden_states[-1] is after the final norm
     hf_cache, lean_cache = target.new_cache(), target.new_cache()
 
@@ -103,6 +110,7 @@ def test_lean_matches_hf(family):
             assert_close(a.keys, b.keys, "keys")
             assert_close(a.values, b.values, "values")
 
+    both(ids(5, MAX_ROWS + 4))  # more rows than the kernels take: the Python layer loop, then the C++ one on its cache
     p = ids(0, 20)
     both(p[:12])
     both(p[12:])
@@ -154,6 +162,7 @@ def test_verify_rows_equal_plain_steps_with_packed_linears(family):
         assert torch.equal(tree_logits[i], logits[0]), f"row {i}"
         assert torch.equal(tree_feats[i], feats[0]), f"row {i}"
     assert LeanForward(model).row_kernel  # the kernels are built here, so the branch row is exact too
+    assert LeanForward(model).native is not None  # and every forward here ran the C++ layer loop
     assert torch.equal(tree_logits[4], branch[0]), "branch row"
 
 

@@ -84,7 +84,8 @@ def test_quant_rows_are_batch_invariant_on_any_thread_count(kind):
 
 BINDING = """#include <torch/extension.h>
 torch::Tensor quant_linear(torch::Tensor x, torch::Tensor blocks, int64_t type);
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("quant_linear", &quant_linear); }
+std::tuple<torch::Tensor, int64_t> quant_repack(torch::Tensor blocks, int64_t type, int64_t K);
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("quant_linear", &quant_linear); m.def("quant_repack", &quant_repack); }
 """
 ISA = {"avx2": ["-march=haswell"], "scalar": ["-march=x86-64", "-mno-avx", "-mno-f16c", "-mno-fma"]}
 
@@ -107,6 +108,23 @@ def test_other_builds_agree_and_are_batch_invariant(isa, tmp_path):
         x = torch.randn(9, 64)
         torch.testing.assert_close(mod.quant_linear(x, blocks, GGML_TYPES[kind]), x @ w.T, rtol=1e-5, atol=1e-4)
         _check_invariance(mod.quant_linear, blocks, kind, 64, threads=(2,))
+        rows, t = mod.quant_repack(blocks, GGML_TYPES[kind], 64)  # the layout QuantLinear runs: the same bits
+        assert torch.equal(mod.quant_linear(x, rows, t), mod.quant_linear(x, blocks, GGML_TYPES[kind]))
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1"])
+def test_kernel_layout_gives_the_stored_blocks_bits(kind):
+    """QuantLinear runs 4-bit blocks with their fp16 scales widened to fp32 (`quant_repack`): the same weights, so
+    the same bits as the blocks as the file stores them, for a plain step's row and for a verify's 96."""
+    blocks, w = random_blocks(kind, 83, 160)
+    lib = kernels._library()
+    rows, t = lib.quant_repack(blocks, GGML_TYPES[kind], 160)
+    assert t == GGML_TYPES[kind] + 100 and rows.shape == (83, 5 * kernels.BLOCK_BYTES[t])
+    assert torch.equal(lib.quant_dequantize(rows, t, 160), w)
+    for m in (1, 3, 4, 5, MAX_ROWS):
+        x = torch.randn(m, 160)
+        assert torch.equal(lib.quant_linear(x, rows, t), lib.quant_linear(x, blocks, GGML_TYPES[kind]))
 
 
 @needs_kernel

@@ -1,0 +1,237 @@
+// The decoder layers of a Llama-shaped model (caddtree/lean.py's LeanForward) in one C++ call, for the 1-96 rows of a
+// plain step or a tree verify, CPU, fp32. Built with panel_linear.cpp into one extension by caddtree/kernels.py.
+//
+// Why: at one token per step the Python layer loop's ~25 PyTorch calls per layer (norms, RoPE, cache writes, silu,
+// residuals and the wrappers around the kernels) cost ~4 ms of a ~15 ms SmolLM2-135M step: dispatch, not arithmetic.
+// Here those steps are loops over each row's own data, and the linears (quant_linear, panel_linear) and attention
+// (row_attention) are called directly.
+//
+// One layer, row by row, HF's Llama arithmetic:
+//   a = w1 · x / sqrt(mean(x²) + eps1);  [q | k | v] = a Wqkv^T (+ b);  qwen3: q, k RMS-normed per head;
+//   q, k = RoPE(q), RoPE(k) (rotate-half, cos/sin [n, d] from the model's rotary_emb);  k, v -> cache rows ctx .. ctx+n-1;
+//   x += attention(q, cache) Wo^T;  a = w2 · x / sqrt(mean(x²) + eps2);  [g | u] = a Wgu^T;  x += (silu(g) · u) Wd^T.
+//
+// Invariant (exactness): every step here reads one row's own data and runs the same instructions for every row
+// (16-lane vectors over the features, a fixed tail, fixed horizontal sums), and the linears and attention are the
+// batch-invariant kernels, so a row's result does not depend on how many rows the call carries: a plain step and a tree
+// verify give the same bits. They are not PyTorch's bits (F.rms_norm and F.silu round differently in the last place):
+// lean.py's Python loop, which runs the rows this does not take (prefill), agrees with it to fp32 rounding, and the
+// KV rows a prefill writes are only read, never compared.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "vec16.h"
+
+// the kernels this calls (quant_linear.cpp, panel_linear.cpp, attention.cpp)
+torch::Tensor quant_linear(torch::Tensor x, torch::Tensor blocks, int64_t type);
+torch::Tensor panel_linear(torch::Tensor x, torch::Tensor panels, int64_t N);
+torch::Tensor row_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values, torch::Tensor allowed,
+                            double scale);
+
+namespace {
+
+using namespace vec16;
+
+constexpr int64_t ROW_GRAIN = 8;  // rows per task of the row loops: a plain step runs on the calling thread
+
+struct Linear {
+  torch::Tensor weights, bias;  // GGUF blocks [N, K/32 · bytes] or panels [ceil(N/P), K, P]; bias [N] or empty
+  int64_t kind = 0, arg = 0;    // 0: quant_linear (arg: ggml type), 1: panel_linear (arg: N)
+  torch::Tensor operator()(const torch::Tensor& x) const {  // x [n, K] -> [n, N]
+    auto y = kind == 0 ? quant_linear(x, weights, arg) : panel_linear(x, weights, arg);
+    if (bias.numel()) y.add_(bias);
+    return y;
+  }
+};
+
+struct Layer {
+  torch::Tensor ln1, ln2, qk_norm;  // [H], [H]; qwen3: [h + g, d] (q's weight on q heads, k's on k heads), else empty
+  float eps1, eps2, qk_eps;
+  Linear qkv, o, gate_up, down;
+  int64_t inter;  // I: gate_up's output is [g | u], I columns each
+};
+
+// out[0:K] = w · (x / sqrt(mean(x²) + eps)): squares summed in 16 lanes (fixed tree), then the tail in order
+inline void rms_norm_row(const float* x, const float* w, int64_t K, float eps, float* out) {
+  v16 acc{};
+  int64_t e = 0;
+  for (; e + W <= K; e += W) {
+    const v16 v = load(x + e);
+    acc += v * v;
+  }
+  float s = sum(acc);
+  for (; e < K; ++e) s += x[e] * x[e];
+  const float r = 1.0f / std::sqrt(s / float(K) + eps);
+  for (e = 0; e < K; ++e) out[e] = w[e] * (x[e] * r);
+}
+
+// out[0:d] = x · cos + rotate_half(x) · sin, rotate_half(x) = [-x[d/2:], x[:d/2]]
+inline void rope_row(const float* x, const float* cos, const float* sin, int64_t d, float* out) {
+  const int64_t half = d / 2;
+  for (int64_t e = 0; e < half; ++e) out[e] = x[e] * cos[e] - x[e + half] * sin[e];
+  for (int64_t e = half; e < d; ++e) out[e] = x[e] * cos[e] + x[e - half] * sin[e];
+}
+
+// out[0:I] = silu(g) · u, silu(g) = g · sigmoid(g) with sigmoid from e^-|g| (never overflows)
+inline void silu_mul_row(const float* g, const float* u, int64_t I, float* out) {
+  int64_t e = 0;
+  const v16 one = v16{} + 1.0f;
+  for (; e + W <= I; e += W) {
+    const v16 x = load(g + e);
+    const v16 t = exp_nonpositive(x < 0 ? x : -x);  // e^-|x|
+    const v16 sig = x < 0 ? t / (t + one) : one / (t + one);
+    store(out + e, x * sig * load(u + e));
+  }
+  for (; e < I; ++e) out[e] = g[e] / (1.0f + std::exp(-g[e])) * u[e];
+}
+
+void norm_rows(const torch::Tensor& x, const torch::Tensor& w, float eps, torch::Tensor& out) {  // [n, H] -> [n, H]
+  const int64_t n = x.size(0), H = x.size(1);
+  const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, n, ROW_GRAIN, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) rms_norm_row(xp + i * H, wp, H, eps, op + i * H);
+  });
+}
+
+}  // namespace
+
+class LeanLayers {
+ public:
+  // Per layer, in order: tensors (11) ln1, qkv weights, qkv bias, qk_norm, o weights, o bias, ln2, gate_up weights,
+  // gate_up bias, down weights, down bias (an empty tensor for none); ints (9) kind and arg of qkv, o, gate_up, down,
+  // then I; floats (3) eps1, eps2, qk_eps.
+  LeanLayers(std::vector<torch::Tensor> t, std::vector<int64_t> ints, std::vector<double> floats, int64_t h, int64_t g,
+             int64_t d, double scale)
+      : h_(h), g_(g), d_(d), scale_(scale) {
+    const size_t count = t.size() / 11;
+    TORCH_CHECK(t.size() == count * 11 && ints.size() == count * 9 && floats.size() == count * 3,
+                "LeanLayers: 11 tensors, 9 ints and 3 floats per layer");
+    TORCH_CHECK(d % W == 0 && h % g == 0, "LeanLayers: head_dim a multiple of 16, heads a multiple of KV heads");
+    for (size_t i = 0; i < count; ++i) {
+      const torch::Tensor* a = &t[11 * i];
+      const int64_t* k = &ints[9 * i];
+      for (int j = 0; j < 11; ++j)
+        TORCH_CHECK(!a[j].numel() || (a[j].is_contiguous() && a[j].device().is_cpu()), "LeanLayers: CPU tensors");
+      Layer L;
+      L.ln1 = a[0], L.qk_norm = a[3], L.ln2 = a[6];
+      L.qkv = {a[1], a[2], k[0], k[1]};
+      L.o = {a[4], a[5], k[2], k[3]};
+      L.gate_up = {a[7], a[8], k[4], k[5]};
+      L.down = {a[9], a[10], k[6], k[7]};
+      L.inter = k[8];
+      L.eps1 = float(floats[3 * i]), L.eps2 = float(floats[3 * i + 1]), L.qk_eps = float(floats[3 * i + 2]);
+      layers_.push_back(L);
+    }
+  }
+
+  // x [n, H] (embedded tokens; not modified), cos/sin [n, d], k_bufs/v_bufs per layer [1, g, capacity, d] whose first
+  // ctx rows are the cache (rows ctx .. ctx + n - 1 are written here), allowed [n, ctx + n] bool or empty (causal),
+  // want: layer ids whose outputs are returned -> [x after the last layer, then one [n, H] per entry of want].
+  std::vector<torch::Tensor> forward(torch::Tensor x, torch::Tensor cos, torch::Tensor sin,
+                                     std::vector<torch::Tensor> k_bufs, std::vector<torch::Tensor> v_bufs, int64_t ctx,
+                                     torch::Tensor allowed, std::vector<int64_t> want) {
+    const int64_t n = x.size(0), H = x.size(1), h = h_, g = g_, d = d_;
+    TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat && cos.sizes() == sin.sizes() && cos.size(0) == n &&
+                    cos.size(1) == d && cos.is_contiguous() && sin.is_contiguous(),
+                "LeanLayers.forward: x [n, H] fp32, cos and sin [n, d] contiguous");
+    TORCH_CHECK(k_bufs.size() == layers_.size() && v_bufs.size() == layers_.size(), "one k and v buffer per layer");
+    const auto start = Clock::now();
+    std::vector<torch::Tensor> out(1 + want.size());
+    x = x.contiguous().clone();
+    auto a = torch::empty({n, H}, x.options());     // a normed input
+    auto q = torch::empty({n, h, d}, x.options());  // RoPE'd queries
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const Layer& L = layers_[i];
+      norm_rows(x, L.ln1, L.eps1, a);
+      const auto qkv = timed(linear_s_, [&] { return L.qkv(a); });  // [n, (h + 2g) d]
+      auto kb = k_bufs[i].select(0, 0), vb = v_bufs[i].select(0, 0);  // [g, capacity, d]
+      TORCH_CHECK(kb.sizes() == vb.sizes() && kb.size(0) == g && kb.size(1) >= ctx + n && kb.size(2) == d &&
+                      kb.stride(2) == 1 && kb.stride(1) == d && vb.stride(2) == 1 && vb.stride(1) == d,
+                  "layer ", i, ": k and v buffers [1, g, >= ctx + n, d] with contiguous rows");
+      write_qkv(L, qkv, cos, sin, ctx, q, kb, vb);
+      const auto att = timed(attention_s_, [&] {
+        return row_attention(q, kb.narrow(1, 0, ctx + n), vb.narrow(1, 0, ctx + n), allowed, scale_);
+      });
+      x.add_(timed(linear_s_, [&] { return L.o(att.view({n, h * d})); }));
+      norm_rows(x, L.ln2, L.eps2, a);
+      const auto gu = timed(linear_s_, [&] { return L.gate_up(a); });  // [n, 2I]
+      auto act = torch::empty({n, L.inter}, x.options());
+      const float* gp = gu.data_ptr<float>();
+      float* ap = act.data_ptr<float>();
+      const int64_t I = L.inter;
+      at::parallel_for(0, n, ROW_GRAIN, [&](int64_t i0, int64_t i1) {
+        for (int64_t r = i0; r < i1; ++r) silu_mul_row(gp + r * 2 * I, gp + r * 2 * I + I, I, ap + r * I);
+      });
+      x.add_(timed(linear_s_, [&] { return L.down(act); }));
+      for (size_t j = 0; j < want.size(); ++j)
+        if (want[j] == int64_t(i)) out[1 + j] = x.clone();
+    }
+    out[0] = x;
+    total_s_ += seconds(Clock::now() - start);
+    return out;
+  }
+
+  // seconds spent since the last call [in the linears, in attention, in forward in all], then reset: what
+  // scripts/step_profile.py reports for this path (the kernels are called from here, not from Python)
+  std::vector<double> take_times() {
+    std::vector<double> t{linear_s_, attention_s_, total_s_};
+    linear_s_ = attention_s_ = total_s_ = 0.0;
+    return t;
+  }
+
+ private:
+  // q [n, h, d] <- RoPE(q heads); cache rows ctx + r <- RoPE(k heads), v heads (qwen3: q and k RMS-normed first)
+  void write_qkv(const Layer& L, const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin,
+                 int64_t ctx, torch::Tensor& q, torch::Tensor& kb, torch::Tensor& vb) const {
+    const int64_t n = qkv.size(0), h = h_, g = g_, d = d_, ks = kb.stride(0), vs = vb.stride(0);
+    const float *src = qkv.data_ptr<float>(), *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
+    const float* norm = L.qk_norm.numel() ? L.qk_norm.data_ptr<float>() : nullptr;
+    float *qp = q.data_ptr<float>(), *kp = kb.data_ptr<float>(), *vp = vb.data_ptr<float>();
+    at::parallel_for(0, n, ROW_GRAIN, [&](int64_t i0, int64_t i1) {
+      std::vector<float> tmp(d);
+      for (int64_t r = i0; r < i1; ++r) {
+        const float* row = src + r * (h + 2 * g) * d;
+        for (int64_t head = 0; head < h + g; ++head) {
+          const float* x = row + head * d;
+          if (norm) {
+            rms_norm_row(x, norm + head * d, d, L.qk_eps, tmp.data());
+            x = tmp.data();
+          }
+          float* dst = head < h ? qp + (r * h + head) * d : kp + (head - h) * ks + (ctx + r) * d;
+          rope_row(x, cp + r * d, sp + r * d, d, dst);
+        }
+        for (int64_t j = 0; j < g; ++j)
+          std::memcpy(vp + j * vs + (ctx + r) * d, row + (h + g + j) * d, d * sizeof(float));
+      }
+    });
+  }
+
+  using Clock = std::chrono::steady_clock;
+  static double seconds(Clock::duration t) { return std::chrono::duration<double>(t).count(); }
+  template <typename F>
+  static torch::Tensor timed(double& into, F&& f) {
+    const auto t0 = Clock::now();
+    auto y = f();
+    into += seconds(Clock::now() - t0);
+    return y;
+  }
+
+  int64_t h_, g_, d_;
+  double scale_, linear_s_ = 0.0, attention_s_ = 0.0, total_s_ = 0.0;
+  std::vector<Layer> layers_;
+};
+
+void register_lean_layers(pybind11::module_& m) {
+  // module_local: tests build this source a second time (another ISA) into a second module of the same process
+  pybind11::class_<LeanLayers>(m, "LeanLayers", pybind11::module_local())
+      .def(pybind11::init<std::vector<torch::Tensor>, std::vector<int64_t>, std::vector<double>, int64_t, int64_t,
+                          int64_t, double>())
+      .def("forward", &LeanLayers::forward, pybind11::call_guard<pybind11::gil_scoped_release>())
+      .def("take_times", &LeanLayers::take_times);
+}
