@@ -360,8 +360,8 @@ torch::Tensor quant_linear(torch::Tensor x, torch::Tensor blocks, int64_t type) 
   const uint8_t* bp = blocks.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
 #if defined(__AVX512F__)
-  if (M <= FUSED_MAX && (type == Q4_0 || type == Q4_1 || type == Q4_0S || type == Q4_1S)) {  // Q8_0/F16: faster
-    switch (type) {                                                                             // through the buffer
+  if (M <= FUSED_MAX && type != F16 && type != Q8_0) {  // Q8_0, F16: faster through the buffer (Q8_0 at 1-2 rows)
+    switch (type) {
       case Q4_0: fused_linear<Q4_0>(xp, M, K, bp, yp, N); break;
       case Q4_1: fused_linear<Q4_1>(xp, M, K, bp, yp, N); break;
       case Q4_0S: fused_linear<Q4_0S>(xp, M, K, bp, yp, N); break;
