@@ -11,8 +11,9 @@ residual. The linears are the model's own modules (nn.Linear, PackedLinear or Qu
 `caddtree.kernels.fuse_linears`. Where every linear is a CPU kernel's (GGUF blocks or fp32 panels), the C++ loop runs
 the same layer with the kernels called directly and the KV rows written into the cache's buffers
 (`GrowingLayer.reserve`). SmolLM2-135M on its native Q4_1 blocks, context 300, a shared 2-core AMD EPYC (`python
-scripts/step_profile.py`, results/bench-amd512-lean2/step_profile.md): one-token step 17.1 ms (HF forward) -> 10.4
-(Python loop) -> 7.4 (C++ loop) on 2 threads; the time outside linears and attention 7.5 -> 3.4 -> 1.0 ms.
+scripts/step_profile.py`, results/bench-amd512-lean2/step_profile.md): one-token step 11.9 ms (Python loop) -> 7.8
+(C++ loop) on 2 threads, the time outside linears and attention 3.8 -> 1.05 ms (HF's forward: 21.8 ms, 8.6 outside,
+results/bench-amd512-native).
 
 Exactness (batch invariance): a plain step (n = 1, no mask) and a tree verify (n > 1, ancestor mask) must give a token
 the same logits bit for bit. Norms, RoPE and silu compute each row alone (in both loops); the linears do where they
