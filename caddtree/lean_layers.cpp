@@ -141,9 +141,8 @@ class LeanLayers {
                     cos.size(1) == d && cos.is_contiguous() && sin.is_contiguous(),
                 "LeanLayers.forward: x [n, H] fp32, cos and sin [n, d] contiguous");
     TORCH_CHECK(k_bufs.size() == layers_.size() && v_bufs.size() == layers_.size(), "one k and v buffer per layer");
-    const auto start = Clock::now();
     std::vector<torch::Tensor> out(1 + want.size());
-    x = x.contiguous().clone();
+    x = x.clone(at::MemoryFormat::Contiguous);
     auto a = torch::empty({n, H}, x.options());     // a normed input
     auto q = torch::empty({n, h, d}, x.options());  // RoPE'd queries
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -173,15 +172,14 @@ class LeanLayers {
         if (want[j] == int64_t(i)) out[1 + j] = x.clone();
     }
     out[0] = x;
-    total_s_ += seconds(Clock::now() - start);
     return out;
   }
 
-  // seconds spent since the last call [in the linears, in attention, in forward in all], then reset: what
-  // scripts/step_profile.py reports for this path (the kernels are called from here, not from Python)
+  // seconds spent since the last call [in the linears, in attention], then reset: what scripts/step_profile.py
+  // reports for this path (the kernels are called from here, not from Python)
   std::vector<double> take_times() {
-    std::vector<double> t{linear_s_, attention_s_, total_s_};
-    linear_s_ = attention_s_ = total_s_ = 0.0;
+    std::vector<double> t{linear_s_, attention_s_};
+    linear_s_ = attention_s_ = 0.0;
     return t;
   }
 
@@ -223,7 +221,7 @@ class LeanLayers {
   }
 
   int64_t h_, g_, d_;
-  double scale_, linear_s_ = 0.0, attention_s_ = 0.0, total_s_ = 0.0;
+  double scale_, linear_s_ = 0.0, attention_s_ = 0.0;
   std::vector<Layer> layers_;
 };
 

@@ -93,6 +93,16 @@ inline float f32(const uint8_t* p) {
   return f;
 }
 
+// the 4-bit layouts, said once for every ISA below: which ones, whether w = d·q + m (else d·(q - 8)), where the
+// nibbles start, and the block's scales d and m as fp32
+constexpr bool is_q4(int64_t type) { return type == Q4_0 || type == Q4_1 || type == Q4_0S || type == Q4_1S; }
+constexpr bool has_min(int64_t type) { return type == Q4_1 || type == Q4_1S; }
+constexpr int64_t nibble_offset(int64_t type) { return type == Q4_0 ? 2 : type == Q4_1S ? 8 : 4; }
+template <int64_t type>
+inline float q4_d(const uint8_t* b) { return type == Q4_0S || type == Q4_1S ? f32(b) : fp16(b); }
+template <int64_t type>
+inline float q4_m(const uint8_t* b) { return type == Q4_1S ? f32(b + 4) : fp16(b + 2); }
+
 // ---------------------------------------------------------------------------------------- dequantize one block
 // out[0:32] = the block's 32 weights in fp32
 #if defined(__AVX512F__)
@@ -100,20 +110,19 @@ inline float f32(const uint8_t* p) {
 // d·[0..15] + m (one FMA) looked up by nibble with one permute each (vpermps reads the low 4 bits of each index).
 template <int64_t type>
 inline void dequant_regs(const uint8_t* b, __m512& lo, __m512& hi) {
-  if constexpr (type == Q4_1 || type == Q4_0 || type == Q4_1S || type == Q4_0S) {
+  if constexpr (is_q4(type)) {
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512 table;
     if constexpr (type == Q4_1) {
       const __m128 dm = fp16x2(b);  // [d, m]
       table = _mm512_fmadd_ps(iota, _mm512_broadcastss_ps(dm), _mm512_broadcastss_ps(_mm_movehdup_ps(dm)));  // d·q + m
     } else if constexpr (type == Q4_1S) {
-      table = _mm512_fmadd_ps(iota, _mm512_set1_ps(f32(b)), _mm512_set1_ps(f32(b + 4)));
+      table = _mm512_fmadd_ps(iota, _mm512_set1_ps(q4_d<type>(b)), _mm512_set1_ps(q4_m<type>(b)));
     } else {
-      const float d = type == Q4_0 ? fp16(b) : f32(b);
-      table = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(8.0f)), _mm512_set1_ps(d));  // d·(q - 8), exact
+      table = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(8.0f)), _mm512_set1_ps(q4_d<type>(b)));  // exact
     }
-    constexpr int64_t nibbles = type == Q4_1 ? 4 : type == Q4_0 ? 2 : type == Q4_1S ? 8 : 4;
-    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + nibbles)));
+    const __m512i v =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + nibble_offset(type))));
     lo = _mm512_permutexvar_ps(v, table);
     hi = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
   } else if constexpr (type == Q8_0) {
@@ -137,18 +146,17 @@ inline void dequant_block(const uint8_t* b, float* out) {
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 template <int64_t type>
 inline void dequant_block(const uint8_t* b, float* out) {
-  if constexpr (type == Q4_1 || type == Q4_0 || type == Q4_1S || type == Q4_0S) {
-    constexpr bool has_m = type == Q4_1 || type == Q4_1S, wide = type == Q4_1S || type == Q4_0S;  // wide: fp32 scales
-    const float d = wide ? f32(b) : fp16(b);
+  if constexpr (is_q4(type)) {
+    const float d = q4_d<type>(b);
     const __m256 D = _mm256_set1_ps(d);
-    const __m256 M = _mm256_set1_ps(has_m ? (wide ? f32(b + 4) : fp16(b + 2)) : -8.0f * d);
-    const uint8_t* qs = b + (type == Q4_1S ? 8 : type == Q4_0 ? 2 : 4);
+    const __m256 M = _mm256_set1_ps(has_min(type) ? q4_m<type>(b) : -8.0f * d);
+    const uint8_t* qs = b + nibble_offset(type);
     const __m256 eight = _mm256_set1_ps(8.0f);
     for (int h = 0; h < 2; ++h) {  // bytes 8h .. 8h+7 -> elements 8h.. (low nibbles) and 16+8h.. (high nibbles)
       const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * h)));
       const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0xF)));
       const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
-      if constexpr (has_m) {
+      if constexpr (has_min(type)) {
         _mm256_storeu_ps(out + 8 * h, _mm256_fmadd_ps(lo, D, M));
         _mm256_storeu_ps(out + 16 + 8 * h, _mm256_fmadd_ps(hi, D, M));
       } else {
@@ -170,15 +178,14 @@ inline void dequant_block(const uint8_t* b, float* out) {
 #else
 template <int64_t type>
 inline void dequant_block(const uint8_t* b, float* out) {
-  if constexpr (type == Q4_1 || type == Q4_0 || type == Q4_1S || type == Q4_0S) {
-    constexpr bool has_m = type == Q4_1 || type == Q4_1S, wide = type == Q4_1S || type == Q4_0S;  // wide: fp32 scales
-    const float d = wide ? f32(b) : half_to_float(b);
-    const float m = has_m ? (wide ? f32(b + 4) : half_to_float(b + 2)) : 0.0f;
-    const uint8_t* qs = b + (type == Q4_1S ? 8 : type == Q4_0 ? 2 : 4);
+  if constexpr (is_q4(type)) {
+    const float d = q4_d<type>(b);
+    const float m = has_min(type) ? q4_m<type>(b) : 0.0f;
+    const uint8_t* qs = b + nibble_offset(type);
     for (int j = 0; j < 16; ++j) {
       const int lo = qs[j] & 0xF, hi = qs[j] >> 4;
-      out[j] = has_m ? std::fma(float(lo), d, m) : float(lo - 8) * d;
-      out[j + 16] = has_m ? std::fma(float(hi), d, m) : float(hi - 8) * d;
+      out[j] = has_min(type) ? std::fma(float(lo), d, m) : float(lo - 8) * d;
+      out[j + 16] = has_min(type) ? std::fma(float(hi), d, m) : float(hi - 8) * d;
     }
   } else if constexpr (type == Q8_0) {
     const float d = half_to_float(b);
@@ -360,7 +367,7 @@ torch::Tensor quant_linear(torch::Tensor x, torch::Tensor blocks, int64_t type) 
   const uint8_t* bp = blocks.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
 #if defined(__AVX512F__)
-  if (M <= FUSED_MAX && type != F16 && type != Q8_0) {  // Q8_0, F16: faster through the buffer (Q8_0 at 1-2 rows)
+  if (M <= FUSED_MAX && is_q4(type)) {  // Q8_0, F16: faster through the buffer (Q8_0 at 1-2 rows)
     switch (type) {
       case Q4_0: fused_linear<Q4_0>(xp, M, K, bp, yp, N); break;
       case Q4_1: fused_linear<Q4_1>(xp, M, K, bp, yp, N); break;

@@ -83,7 +83,7 @@ class Timers:
         """Seconds per part since `reset`, the C++ layer loop's own timers added where it ran."""
         t = dict(self.t)
         if self.native is not None:
-            lin, att, _ = self.native.take_times()
+            lin, att = self.native.take_times()
             t["linears"] += lin
             t["attention"] += att
         return t
