@@ -237,20 +237,22 @@ def serve(worker: Worker, app: FastAPI, host: str, port: int, graceful_timeout: 
             server.run()
         except SystemExit:  # uvicorn's exit when it cannot bind: reported below, in one line
             pass
-    http = threading.Thread(target=run_http, name="caddtree-http", daemon=True)
-    http.start()
-    while not server.started:
-        if not http.is_alive():
-            raise CaddtreeError(f"cannot serve on {host}:{port} (in use, or not an address of this machine): "
-                                f"pass another --port or --host")
-        time.sleep(0.05)
 
     def on_signal(signum, frame):
         if server.should_exit:
             server.force_exit = True
         server.should_exit = True
+    # installed before the HTTP thread starts: a client can get its first chunk (the role delta) before this thread
+    # would next look at server.started, and a SIGTERM then must not meet the default handler
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    http = threading.Thread(target=run_http, name="caddtree-http", daemon=True)
     try:
+        http.start()
+        while not server.started:
+            if not http.is_alive():
+                raise CaddtreeError(f"cannot serve on {host}:{port} (in use, or not an address of this machine): "
+                                    f"pass another --port or --host")
+            time.sleep(0.05)
         worker.run(alive=http.is_alive)
         http.join(graceful_timeout + 5)
     finally:
