@@ -65,6 +65,23 @@ inline void scores(const float* q, const float* k, int64_t d, const std::vector<
   }
 }
 
+// o[0:d] = Σ_c w[c] v[cols[c]] in column order (0 where there is no column), the d/16 lane groups of o accumulated
+// side by side (up to 8 at once) so the adds of one group do not wait on each other's latency: each lane still sums
+// its columns in order, so the bits are those of one group at a time
+inline void weighted_values(const float* w, const std::vector<int64_t>& cols, const float* v, int64_t d, float* o) {
+  constexpr int64_t G = 8;
+  const int64_t C = int64_t(cols.size());
+  for (int64_t e0 = 0; e0 < d; e0 += G * W) {
+    const int64_t groups = std::min<int64_t>(G, (d - e0) / W);
+    v16 acc[G] = {};
+    for (int64_t c = 0; c < C; ++c) {
+      const float* vc = v + cols[c] * d + e0;
+      for (int64_t j = 0; j < groups; ++j) acc[j] += w[c] * load(vc + j * W);
+    }
+    for (int64_t j = 0; j < groups; ++j) store(o + e0 + j * W, acc[j]);
+  }
+}
+
 }  // namespace
 
 // q [n, h, d]; keys, values [g, L, d] (row stride d, head stride given: views of a cache buffer); allowed [n, L] bool
@@ -108,18 +125,16 @@ torch::Tensor row_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor v
       const int64_t C = int64_t(cols.size()), stride = (C + W - 1) / W * W;
       p.assign(stride, -std::numeric_limits<float>::infinity());  // padding: weight exp(-inf - m) = 0, unused
       scores(qp + (i * h + head) * d, kp + kv * ks, d, cols, float(scale), p.data());
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t c = 0; c < C; ++c) m = std::max(m, p[c]);
+      v16 mv = load(p.data());  // the max in 16 lanes (exact in any order; the padding is -inf)
+      for (int64_t c = W; c < stride; c += W) mv = mv > load(p.data() + c) ? mv : load(p.data() + c);
+      float m = mv[0];
+      for (int l = 1; l < W; ++l) m = std::max(m, mv[l]);
       for (int64_t c = 0; c < stride; c += W) store(p.data() + c, exp_nonpositive(load(p.data() + c) - m));
       float l = 0.0f;
       for (int64_t c = 0; c < C; ++c) l += p[c];
-      for (int64_t c = 0; c < C; ++c) p[c] /= l;
-      float* o = op + (i * h + head) * d;
-      for (int64_t e = 0; e < d; e += W) {  // o = Σ_c w_c v_c in column order (0 where no column is allowed)
-        v16 acc{};
-        for (int64_t c = 0; c < C; ++c) acc += p[c] * load(vp + kv * vs + cols[c] * d + e);
-        store(o + e, acc);
-      }
+      const v16 lv = v16{} + l;
+      for (int64_t c = 0; c < stride; c += W) store(p.data() + c, load(p.data() + c) / lv);  // lane-wise: p[c] / l
+      weighted_values(p.data(), cols, vp + kv * vs, d, op + (i * h + head) * d);
     }
   });
   return out;
