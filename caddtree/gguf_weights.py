@@ -37,6 +37,13 @@ def _row_order(processor: TensorProcessor, gguf_name: str, rows: int) -> np.ndar
     return order
 
 
+def block_rows(tensor, order: np.ndarray) -> torch.Tensor:
+    """A GGUF tensor's rows as [N, K/32 · bytes per block] uint8 blocks, in `order`, read into memory. gguf-py hands
+    F16 tensors over as float16 arrays [N, K] and block types as bytes: both are the stored bytes."""
+    data = np.asarray(tensor.data).view(np.uint8).reshape(len(order), -1)
+    return torch.from_numpy(np.ascontiguousarray(data[order]))
+
+
 def _linear_targets(model: nn.Module) -> dict[str, list[tuple[nn.Module, str, nn.Module]]]:
     """HF weight name -> the (parent, attribute, module) sites whose linear reads that weight (the LM head is a site
     of the embedding's weight when the two are tied)."""
@@ -77,8 +84,7 @@ def use_gguf_blocks(model: nn.Module, path: Path) -> dict[str, int]:
             counts["fp32"] = counts.get("fp32", 0) + len(sites[hf])
             continue
         rows, k = int(t.shape[1]) if len(t.shape) > 1 else 1, int(t.shape[0])
-        blocks = torch.from_numpy(np.ascontiguousarray(np.asarray(t.data).reshape(rows, -1)[_row_order(
-            processor, t.name, rows)]))  # [N, K/32 · bytes], read into memory
+        blocks = block_rows(t, _row_order(processor, t.name, rows))
         for parent, attr, linear in sites[hf]:
             quant = QuantLinear(blocks, GGML_TYPES[kind], k, linear.bias, linear.weight)
             if not torch.equal(quant.dequantized(), linear.weight.detach()):

@@ -146,17 +146,33 @@ class PackedLinear(nn.Module):
 
 
 def pack_linears(module: nn.Module, kind: str | None = None) -> int:
-    """Replace every fp32 CPU `nn.Linear` inside `module` by a `PackedLinear` (of `kind`, default: the machine's);
-    returns how many were replaced."""
+    """Replace every CPU `nn.Linear` inside `module` by a batch-invariant kernel's: fp32 ones by a `PackedLinear` (of
+    `kind`, default: the machine's), fp16/bf16 ones whose input width is a multiple of 32 by a `half_linear` over
+    their own weight rows (no copy); returns how many were replaced."""
     if not packing_available():
         return 0
     count = 0
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear and child.weight.device.type == "cpu" and child.weight.dtype == torch.float32:
+            if type(child) is not nn.Linear or child.weight.device.type != "cpu":
+                continue
+            if child.weight.dtype == torch.float32:
                 setattr(parent, name, PackedLinear(child.weight, child.bias, kind))
-                count += 1
+            elif child.weight.dtype in HALF_TYPES and child.in_features % 32 == 0:
+                setattr(parent, name, half_linear(child.weight, child.bias))
+            else:
+                continue
+            count += 1
     return count
+
+
+def half_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> "QuantLinear":
+    """A `QuantLinear` over an fp16/bf16 W [N, K] (K a multiple of 32) as it is: its rows are blocks of the F16/BF16
+    type, read in place (a view of the same storage), widened to fp32 exactly and summed in fp32 row by row."""
+    w = weight.detach()
+    if not w.is_contiguous():
+        w = w.contiguous()
+    return QuantLinear(w.view(torch.uint8), HALF_TYPES[w.dtype], w.shape[1], bias, weight)
 
 
 class FusedLinear(nn.Module):
@@ -196,8 +212,9 @@ def cat_biases(parts: list[nn.Module]) -> torch.Tensor | None:
 
 
 # ------------------------------------------------------------------------------------------- GGUF blocks as stored
-GGML_TYPES = {"F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8}  # what quant_linear.cpp reads: ggml type name -> id
-BLOCK_BYTES = {1: 64, 2: 18, 3: 20, 8: 34, 102: 20, 103: 24}  # bytes per 32 weights; 102/103: Q4_0/Q4_1, fp32 scales
+GGML_TYPES = {"F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "BF16": 30}  # what quant_linear.cpp reads: name -> id
+BLOCK_BYTES = {1: 64, 2: 18, 3: 20, 8: 34, 30: 64, 102: 20, 103: 24}  # bytes per 32 weights; 102/103: Q4_0/Q4_1, fp32
+HALF_TYPES = {torch.float16: 1, torch.bfloat16: 30}  # a half-precision model's weight rows are blocks of these types
 
 
 def quant_row_group() -> int:
@@ -209,9 +226,11 @@ class QuantLinear(nn.Module):
     """Drop-in for an inference-only linear whose weight W [N, K] is a GGUF tensor: `blocks` [N, K/32 · bytes per
     block] uint8 are its rows as the file stores them, kept as `rows` in the layout quant_linear.cpp runs (4-bit
     types with their fp16 scales widened to fp32, `kernel_type`; other types as stored), dequantized on the fly,
-    exactly, and summed in fp32. `weight`, the same values in fp32 (the dequantized model's Parameter, or None), serves
-    calls the kernel does not take: more than MAX_ROWS rows (prefill), grad mode, non-CPU or non-fp32 inputs.
-    kernel_type: `blocks` are already in that kernel layout (as `cat_rows` passes them)."""
+    exactly, and summed in fp32. An fp16/bf16 model's weight is such a tensor too (types F16, BF16: `half_linear`).
+    `weight`, the same values (the model's Parameter, or None), serves calls the kernel does not take: more than
+    MAX_ROWS rows (prefill), grad mode, non-CPU inputs, dtypes other than fp32/fp16/bf16. fp16/bf16 inputs are widened
+    to fp32 (exactly), and the fp32 sums rounded once to the input's dtype: each row still alone, so still
+    batch-invariant. kernel_type: `blocks` are already in that kernel layout (as `cat_rows` passes them)."""
 
     def __init__(self, blocks: torch.Tensor, ggml_type: int, in_features: int, bias: torch.Tensor | None = None,
                  weight: torch.Tensor | None = None, kernel_type: int | None = None):
@@ -232,9 +251,14 @@ class QuantLinear(nn.Module):
         """The parts as one linear (rows concatenated), or None where their block types or widths differ."""
         if len({(p.kernel_type, p.in_features) for p in parts}) != 1:
             return None
-        weight = None if any(p.weight is None for p in parts) else torch.cat([p.weight.detach() for p in parts])
-        return cls(torch.cat([p.rows for p in parts]), parts[0].ggml_type, parts[0].in_features, cat_biases(parts),
-                   weight, kernel_type=parts[0].kernel_type)
+        rows = torch.cat([p.rows for p in parts])
+        half = {t: d for d, t in HALF_TYPES.items()}.get(parts[0].kernel_type)
+        if half is not None:  # the weight is the rows themselves: a view, not a second copy
+            weight = rows.view(half)
+        else:
+            weight = None if any(p.weight is None for p in parts) else torch.cat([p.weight.detach() for p in parts])
+        return cls(rows, parts[0].ggml_type, parts[0].in_features, cat_biases(parts), weight,
+                   kernel_type=parts[0].kernel_type)
 
     def dequantized(self) -> torch.Tensor:
         """W [N, K] fp32 exactly as the kernel reads it."""
@@ -242,14 +266,15 @@ class QuantLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if (not 0 < rows <= MAX_ROWS or x.device.type != "cpu" or x.dtype != torch.float32
-                or torch.is_grad_enabled()):
+        if (not 0 < rows <= MAX_ROWS or x.device.type != "cpu" or torch.is_grad_enabled()
+                or (x.dtype != torch.float32 and x.dtype not in HALF_TYPES)):
             weight = self.weight if self.weight is not None else self.dequantized().to(x.device)
             return F.linear(x, weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
-        y = _library().quant_linear(x.reshape(rows, self.in_features).contiguous(), self.rows, self.kernel_type)
+        y = _library().quant_linear(x.reshape(rows, self.in_features).float().contiguous(), self.rows,
+                                    self.kernel_type)  # [rows, N] fp32
         if self.bias is not None:
             y += self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
 
 def q8_0(weight: torch.Tensor) -> QuantLinear:

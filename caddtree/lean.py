@@ -20,7 +20,9 @@ the same logits bit for bit. Norms, RoPE and silu compute each row alone (in bot
 are batch-invariant (PackedLinear, QuantLinear; PyTorch's own GEMM is not). PyTorch's SDPA is not: a row's result
 changes with the number of query rows and with masked columns around it. On CPU in fp32 attention is therefore
 `kernels.row_attention`: each row alone over its allowed columns in cache order, so a tree node's output is the plain
-step's bit for bit. Elsewhere (no C++ kernels, another dtype or device) the rows of a verify whose mask is the causal
+step's bit for bit. The same holds in fp16/bf16 (q, k, v widened to fp32 exactly, each output rounded back once, the
+linears on `kernels.half_linear`), where PyTorch's norms and elementwise ops are per row too (tests/test_halfprec.py
+checks it). Elsewhere (no C++ kernels, another dtype or device) the rows of a verify whose mask is the causal
 one (the root and the leading chain of the tree) are attended one by one with exactly the plain step's SDPA call, the
 others (nodes after the first branch) in one grouped call with the mask: those match a plain step only to fp32
 rounding (~1e-6), so a near-tie there could flip a token. Prefill (more rows than the kernels take, no mask) uses
@@ -32,7 +34,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from caddtree.kernels import MAX_ROWS, fuse_linears, kernel_linear, lean_layers, packing_available, row_attention
+from caddtree.kernels import (HALF_TYPES, MAX_ROWS, fuse_linears, kernel_linear, lean_layers, packing_available,
+                              row_attention)
 from caddtree.kvcache import GrowingLayer
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
@@ -182,7 +185,8 @@ class LeanForward:
         h, g, d = self.h, self.g, self.d
         cos, sin = cos.reshape(n, 1, 2, d // 2), sin.reshape(n, 1, 2, d // 2) * self.sign  # [n, 1, 2, d/2]
         allowed = None  # row_attention's [n, L] bool mask (None: causal), where that kernel runs
-        if self.row_kernel and n <= MAX_ROWS and x.device.type == "cpu" and x.dtype == torch.float32:
+        if self.row_kernel and n <= MAX_ROWS and x.device.type == "cpu" and (x.dtype == torch.float32 or
+                                                                          x.dtype in HALF_TYPES):
             exact, rest_mask = -1, None
             allowed = None if attn_mask is None else attn_mask == 0
         else:
@@ -220,11 +224,13 @@ class LeanForward:
 
     def _attend(self, q, k, v, ctx, exact, rest_mask, allowed):
         """q [n, h, d] against the cache k, v [1, g, L, d] -> [n, h * d]. exact = -1: `kernels.row_attention`
-        (every row alone over its allowed columns: bit-identical to the plain step). Else SDPA, query heads regrouped
-        per KV head ([1, g, r * rows, d]) so the cache is never repeated h / g times."""
+        (every row alone over its allowed columns: bit-identical to the plain step; fp16/bf16 widened to fp32 exactly,
+        the output rounded back once). Else SDPA, query heads regrouped per KV head ([1, g, r * rows, d]) so the
+        cache is never repeated h / g times."""
         n, (h, g, r, d) = q.shape[0], (self.h, self.g, self.r, self.d)
         if exact == -1:
-            return row_attention(q, k[0], v[0], allowed, self.scale).reshape(n, h * d)
+            out = row_attention(q.float(), k[0].float(), v[0].float(), allowed, self.scale)  # [n, h, d] fp32
+            return out.to(q.dtype).reshape(n, h * d)
         if exact == n == 1:  # plain step
             return F.scaled_dot_product_attention(q.view(1, g, r, d), k, v, scale=self.scale).reshape(1, h * d)
         outs = [F.scaled_dot_product_attention(q[i].view(1, g, r, d), k[:, :, :ctx + i + 1], v[:, :, :ctx + i + 1],

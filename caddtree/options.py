@@ -38,9 +38,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "per step); fp32: its dequantised fp32 weights (default auto: native for a GGUF target on "
                         "CPU)")
     p.add_argument("--dtype", default="float32", choices=list(DTYPES),
-                   help="the target's compute dtype (default float32: the one whose exactness is guaranteed on CPU; "
-                        "others run PyTorch's kernels, whose results depend on the number of rows, so a speculative "
-                        "output may differ from plain decoding at a near-tie: reported as 'not guaranteed')")
+                   help="the target's compute dtype (default float32). On CPU, Llama-shaped models are exact in each: "
+                        "linears and attention compute each row alone (bf16/fp16 weights read in place, sums in "
+                        "fp32). Elsewhere (other devices, other families' attention) PyTorch's kernels depend on the "
+                        "number of rows, so a speculative output may differ from plain decoding at a near-tie: "
+                        "reported as 'not guaranteed'")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
 

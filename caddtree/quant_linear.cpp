@@ -2,7 +2,8 @@
 // Built with panel_linear.cpp into one extension by caddtree/kernels.py.
 //
 // Block types (ggml's, bytes per 32 weights): Q4_0 (18: fp16 d, 16 B of nibbles; w = d·(q - 8)), Q4_1 (20: fp16 d,
-// fp16 m, nibbles; w = d·q + m), Q8_0 (34: fp16 d, int8 q[32]; w = d·q), F16 (64). Element j < 16 of a 4-bit block is
+// fp16 m, nibbles; w = d·q + m), Q8_0 (34: fp16 d, int8 q[32]; w = d·q), F16 and BF16 (64: the weights themselves;
+// an fp16 or bf16 model's own weight rows, as caddtree.kernels.pack_linears passes them). Element j < 16 of a 4-bit block is
 // the low nibble of byte j, element j + 16 its high nibble. d·q is exact in fp32 and d·q + m is rounded once (an FMA),
 // as gguf-py's dequantize computes it, so the weights used here equal the fp32 model's bit for bit.
 //
@@ -32,12 +33,13 @@ namespace {
 // ahead of its nibbles (Q4_0S: d, 16 B = 20 bytes; Q4_1S: d, m, 16 B = 24 bytes). Why: building a block's table from
 // fp16 scales (a load, a conversion, two broadcasts) cost as many instructions as the rest of a plain step's block;
 // from fp32 in memory the broadcasts are plain loads. The values, hence every result, are the same.
-enum Type : int64_t { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, Q4_0S = 102, Q4_1S = 103 };
+enum Type : int64_t { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, BF16 = 30, Q4_0S = 102, Q4_1S = 103 };
 constexpr int64_t QK = 32;                                        // weights per block
 
 constexpr int64_t block_bytes(int64_t type) {
   switch (type) {
     case F16: return 64;
+    case BF16: return 64;
     case Q4_0: return 18;
     case Q4_1: return 20;
     case Q8_0: return 34;
@@ -130,6 +132,10 @@ inline void dequant_regs(const uint8_t* b, __m512& lo, __m512& hi) {
     const __m128i* q = reinterpret_cast<const __m128i*>(b + 2);
     lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q))), D);
     hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1))), D);
+  } else if constexpr (type == BF16) {  // bf16 is fp32's upper half: widen, shift into place (exact)
+    const __m256i* h = reinterpret_cast<const __m256i*>(b);
+    lo = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(h)), 16));
+    hi = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(h + 1)), 16));
   } else {  // F16
     const __m256i* h = reinterpret_cast<const __m256i*>(b);
     lo = _mm512_cvtph_ps(_mm256_loadu_si256(h));
@@ -170,6 +176,11 @@ inline void dequant_block(const uint8_t* b, float* out) {
       const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * h)));
       _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(_mm256_cvtepi32_ps(v), D));
     }
+  } else if constexpr (type == BF16) {
+    for (int h = 0; h < 4; ++h) {
+      const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 * h)));
+      _mm256_storeu_ps(out + 8 * h, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+    }
   } else {
     for (int h = 0; h < 4; ++h)
       _mm256_storeu_ps(out + 8 * h, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 * h))));
@@ -190,6 +201,13 @@ inline void dequant_block(const uint8_t* b, float* out) {
   } else if constexpr (type == Q8_0) {
     const float d = half_to_float(b);
     for (int j = 0; j < 32; ++j) out[j] = float(int8_t(b[2 + j])) * d;
+  } else if constexpr (type == BF16) {
+    for (int j = 0; j < 32; ++j) {
+      uint16_t h;
+      std::memcpy(&h, b + 2 * j, 2);
+      const uint32_t u = uint32_t(h) << 16;
+      std::memcpy(out + j, &u, 4);
+    }
   } else {
     for (int j = 0; j < 32; ++j) out[j] = half_to_float(b + 2 * j);
   }
@@ -204,6 +222,7 @@ inline void dequant_row(int64_t type, const uint8_t* row, int64_t nb, int64_t bb
     case Q8_0: for (int64_t b = 0; b < nb; ++b) dequant_block<Q8_0>(row + b * bb, out + b * QK); break;
     case Q4_0S: for (int64_t b = 0; b < nb; ++b) dequant_block<Q4_0S>(row + b * bb, out + b * QK); break;
     case Q4_1S: for (int64_t b = 0; b < nb; ++b) dequant_block<Q4_1S>(row + b * bb, out + b * QK); break;
+    case BF16: for (int64_t b = 0; b < nb; ++b) dequant_block<BF16>(row + b * bb, out + b * QK); break;
     default: for (int64_t b = 0; b < nb; ++b) dequant_block<F16>(row + b * bb, out + b * QK); break;
   }
 }
@@ -356,7 +375,8 @@ constexpr int FUSED_MAX = 0;  // no register path: every call dequantizes strips
 // x [M, K] fp32 contiguous; blocks [N, K/32 * block_bytes(type)] uint8 (a GGUF tensor's rows as stored) -> y [M, N]
 torch::Tensor quant_linear(torch::Tensor x, torch::Tensor blocks, int64_t type) {
   const int64_t bb = block_bytes(type);
-  TORCH_CHECK(bb > 0, "quant_linear: unsupported type ", type, " (F16=1, Q4_0=2, Q4_1=3, Q8_0=8, Q4_0S=102, Q4_1S=103)");
+  TORCH_CHECK(bb > 0, "quant_linear: unsupported type ", type, " (F16=1, Q4_0=2, Q4_1=3, Q8_0=8, BF16=30, Q4_0S=102, "
+              "Q4_1S=103)");
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat, "x: [M, K] contiguous fp32");
   const int64_t M = x.size(0), K = x.size(1), N = blocks.size(0), nb = K / QK;
   TORCH_CHECK(K % QK == 0 && blocks.dim() == 2 && blocks.is_contiguous() && blocks.scalar_type() == torch::kUInt8 &&

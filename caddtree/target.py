@@ -39,7 +39,7 @@ class Target:
     name: str
     fingerprint: str = ""  # identifies the weights (drafters and cost profiles are tied to it)
     hidden_layers: list[int] = field(default_factory=list)  # layer ids whose outputs `forward` returns
-    packed: bool = False  # CPU linears run by caddtree.kernels (panel or AMX kernel)
+    packed: bool = False  # every linear on a batch-invariant CPU kernel of caddtree.kernels (exactness)
     weights: str = "fp32"  # "native": the linears read the GGUF file's blocks (caddtree.gguf_weights)
     lean: object = None  # caddtree.lean.LeanForward over `model`, or None: the HF forward
 
@@ -87,19 +87,19 @@ class Target:
 
     @property
     def exactness(self) -> str:
-        """'guaranteed' where a verify forward computes each row exactly as a plain step does (CPU, fp32, the
-        batch-invariant linear kernels and the lean forward's row attention); else 'not guaranteed (why)': the
+        """'guaranteed' where a verify forward computes each row exactly as a plain step does (CPU, fp32/bf16/fp16,
+        every linear on a batch-invariant kernel, the lean forward's row attention); else 'not guaranteed (why)': the
         outputs are still plain decoding's unless a near-tie flips an argmax between the two forwards."""
-        why = []
+        why, name = [], str(self.dtype).removeprefix("torch.")
         if self.device.type != "cpu":
             why.append(f"{self.device.type}: cuBLAS/SDPA pick kernels by the number of rows")
-        if self.dtype != torch.float32:
-            why.append(f"{str(self.dtype).removeprefix('torch.')}: PyTorch's GEMM sums rows in a row-count dependent "
-                       f"order")
+        elif self.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            why.append(f"{name}: no batch-invariant CPU kernel for this dtype")
         elif not self.packed:
-            why.append("the linears are PyTorch's (no CPU kernel)")
+            why.append(f"{name} linears on PyTorch's GEMM (no CPU kernel), which sums rows in a row-count dependent "
+                       f"order")
         if not why and (self.lean is None or not self.lean.row_kernel):
-            why.append("attention through PyTorch's SDPA (equal to plain steps to fp32 rounding)")
+            why.append(f"attention through PyTorch's SDPA (equal to plain steps only to {name} rounding)")
         return "guaranteed" if not why else f"not guaranteed ({'; '.join(why)})"
 
     @property
@@ -323,8 +323,8 @@ def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, 
 
     weights: 'native' runs a GGUF file's linears on its own blocks (caddtree.gguf_weights; CPU, fp32 activations),
     'fp32' on the dequantised fp32 weights; 'auto': native for a GGUF target on CPU, else fp32.
-    pack: run the remaining fp32 linears with caddtree.kernels' CPU kernel (one extra copy); default: on for fp32 on
-    CPU. lean: run `caddtree.lean.LeanForward` instead of the HF forward (default: on CPU where it supports the model).
+    pack: run the remaining linears with caddtree.kernels' CPU kernels (fp32: panels, one extra copy; fp16/bf16:
+    the weights in place); default: on, on CPU. lean: run `caddtree.lean.LeanForward` instead of the HF forward (default: on CPU where it supports the model).
     """
     if weights not in WEIGHTS:
         raise CaddtreeError(f"--weights {weights!r}: use native, fp32 or auto")
@@ -343,8 +343,11 @@ def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, 
     if native:
         use_gguf_blocks(model, gguf)
     if pack is None:
-        pack = on_cpu and dtype == torch.float32
-    packed = (pack and pack_linears(model) > 0) or native
+        pack = on_cpu
+    if pack:
+        pack_linears(model)
+    # `packed`: every linear runs on a batch-invariant kernel (exactness says "guaranteed" only then)
+    packed = (pack or native) and not any(type(m) is torch.nn.Linear for m in model.modules())
     if lean is None:
         lean = on_cpu and lean_unsupported(model) is None
     return Target(model=model, tokenizer=tok, name=spec, fingerprint=f"{model.config.model_type}-{digest}",

@@ -182,3 +182,26 @@ def test_native_tree_decoding_equals_plain_greedy(seed, kind):
     for d in (OracleDrafter(target, num_positions=5, seed=seed), RandomDrafter(64, num_positions=4, seed=seed)):
         for budget in (4, 16):
             assert Decoder(target, d, method="ddtree", budget=budget).generate(p, 32).tokens == plain
+
+
+@needs_kernel
+def test_gguf_tensors_of_every_read_type_come_back_as_their_stored_blocks(tmp_path):
+    """gguf-py reads F16 tensors as float16 arrays, block types (Q4_1, Q8_0, BF16) as bytes: `block_rows` gives the
+    kernel the stored bytes of either, rows reordered as asked, and they dequantize to gguf-py's values."""
+    from gguf import GGUFReader, GGUFWriter
+    from caddtree.gguf_weights import block_rows
+    writer = GGUFWriter(str(tmp_path / "t.gguf"), "llama")
+    want = {}
+    for kind in TYPES:
+        blocks, w = random_blocks(kind, 6, 64, seed=len(want))
+        data = blocks.numpy() if kind != "F16" else blocks.numpy().view(np.float16)  # as a converter writes them
+        writer.add_tensor(kind, data, raw_dtype=GGMLQuantizationType[kind])
+        want[kind] = w
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    order = np.array([5, 0, 1, 2, 3, 4])
+    for t in GGUFReader(str(tmp_path / "t.gguf")).tensors:
+        got = QuantLinear(block_rows(t, order), GGML_TYPES[t.name], 64).dequantized()
+        assert torch.equal(got, want[t.name][order]), t.name
