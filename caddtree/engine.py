@@ -109,7 +109,7 @@ class Decoder:
 
     def __init__(self, target: Target, drafter: Drafter | None = None, method: str = "ar", budget: int = 32,
                  cost_model=None, gate: bool | str = True, calibrate_phi: bool | str = SAMPLING_ONLY,
-                 speculation_gate: bool | str = False):
+                 speculation_gate: bool | str = False, carry_gate: bool | str = False):
         if method not in METHODS:
             raise CaddtreeError(f"unknown method '{method}': choose one of {', '.join(METHODS)}")
         if method != "ar" and drafter is None:
@@ -138,7 +138,16 @@ class Decoder:
         # output has passed the round); "predicted": from the policy's own expectation Φ of both drafts
         self.gate_mode = gate or None
         self.gate = DraftGate() if gate and method == "caddtree" and two_stage else None
-        for name, value in (("calibrate_phi", calibrate_phi), ("speculation_gate", speculation_gate)):
+        # carry_gate: the draft gate keeps what it learned across the generations of one sampling setting (one gate
+        # per setting) instead of starting each text afresh. Meant for sampling (SAMPLING_ONLY), where each round
+        # gains little and a fresh gate's warm-up and re-checks (~10% of rounds paying the costly stage for ~nothing
+        # at T = 1.0, docs/sampling.md) may cost more than text-specific learning brings; off by default until
+        # benchmarked (`caddtree@carry`). Greedily gains depend on the text, and carrying them made a run's speed
+        # depend on the prompts decoded before it
+        self.carry_gate = carry_gate if self.gate is not None else False
+        self.carried_gates: dict = {}  # sampling setting -> DraftGate (`drafter.for_setting`)
+        for name, value in (("calibrate_phi", calibrate_phi), ("speculation_gate", speculation_gate),
+                            ("carry_gate", carry_gate)):
             if value not in (True, False, SAMPLING_ONLY):
                 raise CaddtreeError(f"{name} must be True, False or '{SAMPLING_ONLY}', got {value!r}")
         # calibrate_phi: CaDDTree prices nodes by the acceptance rate observed for their predicted δ, one map per
@@ -297,8 +306,11 @@ class Decoder:
             if hasattr(self.drafter, "set_sampling"):  # Drafter's; a duck-typed drafter may not have it
                 self.drafter.set_sampling(sampling)
             self.drafter.reset(prompt_ids)
-        if self.gate is not None:  # what the costly stage gains is learned on this text, not carried over from another
-            self.gate.reset()
+        if self.gate is not None:
+            if self._sampled_option(self.carry_gate):  # this setting's gate, as the previous generations left it
+                self.gate = for_setting(self.carried_gates, sampling, DraftGate)
+            else:  # what the costly stage gains is learned on this text, not carried over from another
+                self.gate = DraftGate()
             self.gate.backoff = GATE_BACKOFF if not sampling.greedy else 0
         for cal in self.phi_cal.get(setting_key(sampling), {}).values():
             cal.start_text()

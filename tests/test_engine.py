@@ -6,7 +6,7 @@ import torch
 
 from caddtree.accept import SamplingParams
 from caddtree.drafter import LookupMixtureDrafter, PromptLookupDrafter
-from caddtree.engine import Decoder
+from caddtree.engine import SAMPLING_ONLY, Decoder
 from caddtree.verify import commit_path, verify_tree
 from caddtree.errors import CaddtreeError
 from caddtree.tree import build_tree
@@ -197,6 +197,44 @@ def test_gated_two_stage_caddtree_is_exact_and_skips_where_stage_two_does_not_pa
         assert all(0 < sum(r) < len(r) / 2 for r in ran), ran
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_under_sampling_the_draft_gate_carries_what_it_learned_to_the_next_generation(seed):
+    """carry_gate (opt-in), a costly stage 2 (5 plain steps): under sampling the second generation of the same setting goes on with the
+    gate the first one left (its observations kept and added to), another setting gets its own fresh gate, and with
+    carry_gate=False (as greedily) every generation starts a fresh gate, warm-up included."""
+    import numpy as np
+
+    from caddtree.costmodel import CostModel
+    target = make_tiny_target(seed)
+    p = prompt(seed, 16)
+    cv = np.r_[10.0, 10.0 + 0.5 * np.arange(1, 17)]
+    cost = CostModel([1], cv[None], np.zeros(17), [50.0], [0.0], cheap_draft=[0.1])
+    mix = LookupMixtureDrafter(FeatureLog(target.vocab_size, num_positions=4, seed=seed),
+                               PromptLookupDrafter(target.vocab_size, num_positions=4))
+    t1, t07 = SamplingParams(temperature=1.0), SamplingParams(temperature=0.7)
+
+    def stage2(dec, params, s):
+        out = dec.generate(p, 100, params, seed=s)
+        return [r.second_stage for r in out.rounds if r.second_stage is not None], dec.gate
+
+    def warm(ran):  # a fresh gate runs stage 2 in its first 3 rounds (fewer where the text ended first)
+        return ran[:3] == [True] * min(3, len(ran))
+
+    carried, fresh = (Decoder(target, mix, "caddtree", cost_model=cost, carry_gate=c) for c in (SAMPLING_ONLY, False))
+    for dec in (carried, fresh):
+        first, gate = stage2(dec, t1, 0)
+        learned = list(gate.seen)
+        assert warm(first) and sum(learned) > 0  # warm-up: stage 2 ran and was observed
+        second, again = stage2(dec, t1, 1)
+        if dec is carried:  # the same gate, its observations kept
+            assert again is gate and all(a >= b for a, b in zip(gate.seen, learned))
+            other, third = stage2(dec, t07, 2)
+            assert third is not gate and warm(other)
+            assert stage2(dec, t1, 3)[1] is gate
+        else:
+            assert again is not gate and warm(second) and sum(again.seen) <= sum(second)
+
+
 def test_round_times_add_up_to_the_decode_time_and_leave_out_the_callers(monkeypatch):
     """On a fake clock that only the gate's learning (after the verify, once the output passes a round) and the
     caller's stream callback move: the rounds' parts count the first and not the second."""
@@ -354,6 +392,6 @@ def test_caddtree_options_refuse_unknown_values():
     from caddtree.costmodel import CostModel
     target = make_tiny_target(0)
     cost = CostModel([1], np.r_[10.0, 10.5][None], np.zeros(2), [2.0], [0.0])
-    for kw in ({"calibrate_phi": "always"}, {"speculation_gate": "on"}):
+    for kw in ({"calibrate_phi": "always"}, {"speculation_gate": "on"}, {"carry_gate": "yes"}):
         with pytest.raises(CaddtreeError, match=next(iter(kw))):
             Decoder(target, RandomDrafter(target.vocab_size, 4), method="caddtree", cost_model=cost, **kw)
