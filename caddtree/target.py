@@ -324,7 +324,8 @@ def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, 
     weights: 'native' runs a GGUF file's linears on its own blocks (caddtree.gguf_weights; CPU, fp32 activations),
     'fp32' on the dequantised fp32 weights; 'auto': native for a GGUF target on CPU, else fp32.
     pack: run the remaining linears with caddtree.kernels' CPU kernels (fp32: panels, one extra copy; fp16/bf16:
-    the weights in place); default: on, on CPU. lean: run `caddtree.lean.LeanForward` instead of the HF forward (default: on CPU where it supports the model).
+    the weights in place); default: on, on CPU. lean: run `caddtree.lean.LeanForward` instead of the HF forward
+    (default: on CPU where it supports the model).
     """
     if weights not in WEIGHTS:
         raise CaddtreeError(f"--weights {weights!r}: use native, fp32 or auto")
