@@ -169,9 +169,7 @@ def pack_linears(module: nn.Module, kind: str | None = None) -> int:
 def half_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> "QuantLinear":
     """A `QuantLinear` over an fp16/bf16 W [N, K] (K a multiple of 32) as it is: its rows are blocks of the F16/BF16
     type, read in place (a view of the same storage), widened to fp32 exactly and summed in fp32 row by row."""
-    w = weight.detach()
-    if not w.is_contiguous():
-        w = w.contiguous()
+    w = weight.detach().contiguous()  # itself where already contiguous: then `rows` shares its storage
     return QuantLinear(w.view(torch.uint8), HALF_TYPES[w.dtype], w.shape[1], bias, weight)
 
 
@@ -215,6 +213,8 @@ def cat_biases(parts: list[nn.Module]) -> torch.Tensor | None:
 GGML_TYPES = {"F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "BF16": 30}  # what quant_linear.cpp reads: name -> id
 BLOCK_BYTES = {1: 64, 2: 18, 3: 20, 8: 34, 30: 64, 102: 20, 103: 24}  # bytes per 32 weights; 102/103: Q4_0/Q4_1, fp32
 HALF_TYPES = {torch.float16: 1, torch.bfloat16: 30}  # a half-precision model's weight rows are blocks of these types
+HALF_DTYPES = {t: d for d, t in HALF_TYPES.items()}  # and back: F16/BF16 rows viewed as the weight
+KERNEL_DTYPES = (torch.float32, *HALF_TYPES)  # activations QuantLinear and row_attention take (fp16/bf16 widened)
 
 
 def quant_row_group() -> int:
@@ -252,7 +252,7 @@ class QuantLinear(nn.Module):
         if len({(p.kernel_type, p.in_features) for p in parts}) != 1:
             return None
         rows = torch.cat([p.rows for p in parts])
-        half = {t: d for d, t in HALF_TYPES.items()}.get(parts[0].kernel_type)
+        half = HALF_DTYPES.get(parts[0].kernel_type)
         if half is not None:  # the weight is the rows themselves: a view, not a second copy
             weight = rows.view(half)
         else:
@@ -267,7 +267,7 @@ class QuantLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
         if (not 0 < rows <= MAX_ROWS or x.device.type != "cpu" or torch.is_grad_enabled()
-                or (x.dtype != torch.float32 and x.dtype not in HALF_TYPES)):
+                or x.dtype not in KERNEL_DTYPES):
             weight = self.weight if self.weight is not None else self.dequantized().to(x.device)
             return F.linear(x, weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
         y = _library().quant_linear(x.reshape(rows, self.in_features).float().contiguous(), self.rows,

@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from caddtree.kernels import (HALF_TYPES, MAX_ROWS, fuse_linears, kernel_linear, lean_layers, packing_available,
+from caddtree.kernels import (KERNEL_DTYPES, MAX_ROWS, fuse_linears, kernel_linear, lean_layers, packing_available,
                               row_attention)
 from caddtree.kvcache import GrowingLayer
 
@@ -185,8 +185,7 @@ class LeanForward:
         h, g, d = self.h, self.g, self.d
         cos, sin = cos.reshape(n, 1, 2, d // 2), sin.reshape(n, 1, 2, d // 2) * self.sign  # [n, 1, 2, d/2]
         allowed = None  # row_attention's [n, L] bool mask (None: causal), where that kernel runs
-        if self.row_kernel and n <= MAX_ROWS and x.device.type == "cpu" and (x.dtype == torch.float32 or
-                                                                          x.dtype in HALF_TYPES):
+        if self.row_kernel and n <= MAX_ROWS and x.device.type == "cpu" and x.dtype in KERNEL_DTYPES:
             exact, rest_mask = -1, None
             allowed = None if attn_mask is None else attn_mask == 0
         else:

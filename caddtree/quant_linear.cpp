@@ -3,9 +3,9 @@
 //
 // Block types (ggml's, bytes per 32 weights): Q4_0 (18: fp16 d, 16 B of nibbles; w = d·(q - 8)), Q4_1 (20: fp16 d,
 // fp16 m, nibbles; w = d·q + m), Q8_0 (34: fp16 d, int8 q[32]; w = d·q), F16 and BF16 (64: the weights themselves;
-// an fp16 or bf16 model's own weight rows, as caddtree.kernels.pack_linears passes them). Element j < 16 of a 4-bit block is
-// the low nibble of byte j, element j + 16 its high nibble. d·q is exact in fp32 and d·q + m is rounded once (an FMA),
-// as gguf-py's dequantize computes it, so the weights used here equal the fp32 model's bit for bit.
+// an fp16 or bf16 model's own weight rows, as caddtree.kernels.pack_linears passes them). Element j < 16 of a 4-bit
+// block is the low nibble of byte j, element j + 16 its high nibble. d·q is exact in fp32 and d·q + m is rounded once
+// (an FMA), as gguf-py's dequantize computes it, so the weights used here equal the fp32 model's bit for bit.
 //
 // Scheme: the weights are split into strips of R rows; a thread dequantizes one strip into an fp32 buffer it owns
 // ([R, K], L1/L2-resident), then multiplies every input row against it, G rows at a time with R x G vector

@@ -21,7 +21,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 from caddtree.errors import CaddtreeError
 from caddtree.files import cache_dir, publish_dir_once
 from caddtree.gguf_weights import use_gguf_blocks
-from caddtree.kernels import pack_linears
+from caddtree.kernels import KERNEL_DTYPES, pack_linears
 from caddtree.kvcache import GrowingLayer
 from caddtree.lean import LeanForward, lean_unsupported
 
@@ -93,7 +93,7 @@ class Target:
         why, name = [], str(self.dtype).removeprefix("torch.")
         if self.device.type != "cpu":
             why.append(f"{self.device.type}: cuBLAS/SDPA pick kernels by the number of rows")
-        elif self.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        elif self.dtype not in KERNEL_DTYPES:
             why.append(f"{name}: no batch-invariant CPU kernel for this dtype")
         elif not self.packed:
             why.append(f"{name} linears on PyTorch's GEMM (no CPU kernel), which sums rows in a row-count dependent "
