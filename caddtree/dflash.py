@@ -12,6 +12,7 @@ Shapes: H hidden, h heads, g KV heads, d head dim, A blocks, B block size, C con
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import os
@@ -27,7 +28,7 @@ from caddtree.accept import draft_log_probs
 from caddtree.drafter import Drafter, OnlineCalibration, calibration_keep, for_setting, shrink_to_uniform
 from caddtree.errors import CaddtreeError
 from caddtree.files import atomic_write
-from caddtree.kernels import PackedLinear, pack_linears, q8_0, quantize_linears
+from caddtree.kernels import DynamicLinear, PackedLinear, drafter_linears, pack_linears, q8_0, quantize_linears
 from caddtree.kvcache import append_rows
 
 NEG = -1e9  # additive mask value (finite: a fully masked row cannot occur, but -inf would turn it into NaN)
@@ -93,13 +94,23 @@ def _rope_table(theta: float, d: int, n: int, device: torch.device, dtype: torch
     return torch.cat([ang.cos(), ang.cos()], -1).to(dtype), torch.cat([ang.sin(), ang.sin()], -1).to(dtype)
 
 
-def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
-    """x [..., n, d], pos [n] long -> x rotated at absolute positions (HF Llama rotate-half convention)."""
-    d = x.shape[-1]
+def rope_rows(pos: torch.Tensor, d: int, theta: float, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """pos [n] long -> cos, sin [n, d] at those absolute positions (from the cached table)."""
     size = 1 << max(12, int(pos.max()).bit_length()) if pos.numel() else 1 << 12  # > every position, grows by 2x
-    cos, sin = (t[pos] for t in _rope_table(float(theta), d, size, x.device, x.dtype))  # [n, d]
+    cos, sin = _rope_table(float(theta), d, size, device, dtype)
+    return cos[pos], sin[pos]
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [..., n, d] rotated by cos, sin [n, d] (HF Llama rotate-half convention)."""
+    d = x.shape[-1]
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
+    """x [..., n, d], pos [n] long -> x rotated at absolute positions (HF Llama rotate-half convention)."""
+    return rotate(x, *rope_rows(pos, x.shape[-1], theta, x.device, x.dtype))
 
 
 class Layer(nn.Module):
@@ -130,9 +141,9 @@ class Layer(nn.Module):
         A, B, _ = x.shape
         h, g, d = c.num_heads, c.num_kv_heads, c.head_dim
         xn = self.input_layernorm(x)
-        flat = pos.reshape(-1)
-        q = rope(self.q_proj(xn).view(A * B, h, d).transpose(0, 1), flat, c.rope_theta).view(h, A, B, d)
-        kb = rope(self.k_proj(xn).view(A * B, g, d).transpose(0, 1), flat, c.rope_theta).view(g, A, B, d)
+        cos, sin = rope_rows(pos.reshape(-1), d, c.rope_theta, x.device, x.dtype)  # [A·B, d], for q and k alike
+        q = rotate(self.q_proj(xn).view(A * B, h, d).transpose(0, 1), cos, sin).view(h, A, B, d)
+        kb = rotate(self.k_proj(xn).view(A * B, g, d).transpose(0, 1), cos, sin).view(g, A, B, d)
         vb = self.v_proj(xn).view(A * B, g, d).transpose(0, 1).view(g, A, B, d)
         r = h // g  # GQA: query head i uses KV head i // r, so the r heads of a group share one matmul (no K/V copies)
         C = k_ctx.shape[1]
@@ -291,22 +302,36 @@ class DFlashDrafter(Drafter):
 
     def __init__(self, model: DFlashModel, pack: bool = False, calibrate: bool = True, quantize: bool = False):
         """pack: pre-pack the linears and the LM head for CPU (caddtree.kernels); the model is inference-only then.
-        quantize: instead, run them on 8-bit blocks (`kernels.q8_0`: a quarter of the bytes, not exact — a drafter
-        need not be); what a target with native GGUF weights gets, whose steps are too short for an fp32 drafter.
+        quantize: instead, run them on fbgemm (`kernels.DynamicLinear`: the layers' weights in fp16, the head's in
+        int8; not exact, a drafter need not be), or where fbgemm is missing on 8-bit blocks (`kernels.q8_0`); what a
+        target with native GGUF weights gets, whose steps are too short for an fp32 drafter. fp16 layers keep the
+        drafter's proposals (the same τ to 3 decimals on 12 prompts, where int8 layers lost 3%: their activations
+        share one 8-bit scale per call); the head's int8 changed no τ (docs/results.md).
         calibrate: shrink overconfident positions toward their observed hit rate (drafter.OnlineCalibration); the
         argmax per position, hence a linear block, is unchanged."""
         self.model = model.eval()
         self.calibrate = calibrate
         self._calibrations: dict = {}  # sampling setting -> OnlineCalibration (`drafter.for_setting`)
         self.head = None  # packed LM head, or None: model.logits
-        if quantize and quantize_linears(model) > 0:
-            self.head = q8_0(model._shared["head"])
+        self.linears = "fp32"  # the kernels the linears run on (part of the cost profile's key: `fingerprint`)
+        if quantize and drafter_linears(model, "fp16") > 0:
+            self.head, self.linears = DynamicLinear(model._shared["head"], None, "int8"), "fbgemm-f16-i8head"
+        elif quantize and quantize_linears(model) > 0:
+            self.head, self.linears = q8_0(model._shared["head"]), "q8_0"
         elif pack and pack_linears(model) > 0:
-            self.head = PackedLinear(model._shared["head"])
+            self.head, self.linears = PackedLinear(model._shared["head"]), "packed"
         self.c = model.c
         self.target_layers = list(self.c.target_layers)
         self.num_positions = self.c.block_size - 1
         self.reset(None)
+
+    @property
+    def fingerprint(self) -> str:
+        """The cost profile's key for this drafter: its architecture (as `drafter.drafter_id` hashes a config) and,
+        for the fbgemm linears, their kind (a profile priced with the slower kernels is not reused)."""
+        digest = hashlib.sha256(json.dumps(asdict(self.c), sort_keys=True, default=str).encode()).hexdigest()[:12]
+        suffix = f"-{self.linears}" if self.linears.startswith("fbgemm") else ""
+        return f"DFlashDrafter-{digest}{suffix}"
 
     @property
     def calibration(self) -> OnlineCalibration | None:

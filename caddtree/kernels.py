@@ -303,6 +303,70 @@ def quantize_linears(module: nn.Module) -> int:
     return count
 
 
+FBGEMM = "fbgemm"  # PyTorch's x86 kernels for quantized and fp16-weight linears (AVX2 / AVX-512, VNNI where present)
+
+
+class DynamicLinear(nn.Module):
+    """An inference-only linear on fbgemm (through PyTorch's `quantized` ops) for the drafter, which need not be exact
+    and which, at 7-8 rows a draft, the exact block kernel runs far below the CPU's speed:
+    'fp16': W rounded to fp16, fp32 activations and sums (the drafter's proposals as with fp32 weights);
+    'int8': W rounded to 8 bits per output row, each call's activations to 8 bits (one scale per call), int32 sums.
+    At 8 rows on 2 threads of an AMD EPYC (AVX-512): [576 -> 1536] 0.09 ms fp16, 0.05 int8, against 0.13-0.28 with
+    q8_0 blocks; the 8192-column draft head 0.13 ms int8 against 0.60. `weight` keeps the fp32 W: calls the ops do
+    not take (grad mode, other devices and dtypes) use it."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kind: str):
+        super().__init__()
+        w = weight.detach().float().contiguous()
+        b = None if bias is None else bias.detach().float()
+        if kind == "fp16":
+            self.packed = torch.ops.quantized.linear_prepack_fp16(w, b)
+        elif kind == "int8":
+            scale = (w.abs().amax(1) / 127).clamp(min=1e-12).double()  # [N]: symmetric, per output row
+            with warnings.catch_warnings():  # quantized tensors are deprecated; the prepacked op is what we keep
+                warnings.simplefilter("ignore")
+                q = torch.quantize_per_channel(w, scale, torch.zeros_like(scale, dtype=torch.long), 0, torch.qint8)
+            self.packed = torch.ops.quantized.linear_prepack(q, b)
+        else:
+            raise ValueError(f"kind {kind!r}: fp16 or int8")
+        self.kind, self.weight, self.bias = kind, w, b
+        self.out_features, self.in_features = w.shape
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() or x.dtype != torch.float32 or x.device.type != "cpu":
+            return F.linear(x, self.weight.to(x), None if self.bias is None else self.bias.to(x))
+        if self.kind == "fp16":
+            return torch.ops.quantized.linear_dynamic_fp16(x, self.packed)
+        return torch.ops.quantized.linear_dynamic(x, self.packed, False)  # full 8-bit activations (VNNI-safe range)
+
+
+@functools.cache
+def dynamic_available() -> bool:
+    """fbgemm's fp16 and int8 linears run here (an x86 CPU with AVX2; PyTorch's CPU build)."""
+    if FBGEMM not in torch.backends.quantized.supported_engines:
+        return False
+    try:
+        x, w = torch.ones(2, 32), torch.ones(8, 32)
+        return all(torch.equal(DynamicLinear(w, None, k)(x), torch.full((2, 8), 32.0)) for k in ("fp16", "int8"))
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return False
+
+
+def drafter_linears(module: nn.Module, kind: str = "fp16") -> int:
+    """Replace every fp32 CPU `nn.Linear` inside `module` (a drafter) by its `DynamicLinear` of `kind`; returns how
+    many were replaced (0 where fbgemm is not available: see `dynamic_available`)."""
+    if not dynamic_available():
+        return 0
+    count = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear and child.weight.device.type == "cpu" and \
+                    child.weight.dtype == torch.float32:
+                setattr(parent, name, DynamicLinear(child.weight, child.bias, kind))
+                count += 1
+    return count
+
+
 def kernel_linear(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor, int, int] | None:
     """(weights, bias or an empty tensor, kind, arg) as lean_layers.cpp runs `module`: GGUF blocks (kind 0, arg: the
     ggml type) or fp32 panels (kind 1, arg: N); None for any other linear (PyTorch's, AMX, a `FusedLinear`)."""

@@ -178,16 +178,20 @@ def window_masks(attn_mask, ctx: int, position_ids, window: int | None, per_type
 
 
 @torch.inference_mode()
-def compact_cache(cache, start: int, keep: torch.Tensor) -> None:
+def compact_cache(cache, start: int, keep: torch.Tensor, in_place: int = 0) -> None:
     """Keep cache positions [0, start) plus the rows `keep` [k] (sorted, all >= start), in place.
 
-    Only the k kept rows move (into start .. start+k-1) before the tail is cut: O(k), not O(context).
+    Only the kept rows move (into start .. start+k-1) before the tail is cut: O(k), not O(context). in_place: how
+    many of the first rows of `keep` already sit where they go (keep[i] = start + i), so they are not copied: a
+    round that accepted nothing, or the first nodes of the tree in order (most rounds of a small tree), only cuts.
     """
     k = keep.shape[0]
+    move = keep[in_place:]
     for layer in cache.layers:
         for name in ("keys", "values"):
             t = getattr(layer, name)  # [B, heads, S, d]
-            t[..., start:start + k, :] = t.index_select(-2, keep)
+            if move.numel():
+                t[..., start + in_place:start + k, :] = t.index_select(-2, move)
             setattr(layer, name, t[..., :start + k, :])
 
 

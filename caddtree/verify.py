@@ -36,6 +36,8 @@ def verify_tree(target: Target, cache, root: int, tree: Tree):
 def commit_path(cache, ctx: int, path: list[int], device) -> torch.Tensor:
     """Compact the cache after a verify at context `ctx` to [past, root, accepted nodes]; return the kept rows
     of the verify input ([1 + len(path)] indices into [root, nodes])."""
-    rows = torch.tensor([0] + [i + 1 for i in path], dtype=torch.long, device=device)
-    compact_cache(cache, ctx, ctx + rows)
+    kept = [0] + [i + 1 for i in path]
+    in_place = next((j for j, r in enumerate(kept) if r != j), len(kept))  # rows already where they go
+    rows = torch.tensor(kept, dtype=torch.long, device=device)
+    compact_cache(cache, ctx, ctx + rows, in_place)
     return rows

@@ -365,3 +365,51 @@ def test_sampled_proposals_are_the_processed_law_and_calibrate_per_setting():
     cal_hot = c.calibration
     c.set_sampling(SamplingParams())
     assert c.calibration is not cal_hot and c.calibration is c.calibration
+
+
+def test_fbgemm_linears_are_close_and_training_stays_exact():
+    """kernels.DynamicLinear: 'fp16' is the fp32 product with W rounded to fp16 (sums in fp32), 'int8' within a few %
+    (8-bit weights per row and activations per call); in grad mode both run the fp32 weight exactly (training)."""
+    from caddtree.kernels import DynamicLinear, dynamic_available
+    if not dynamic_available():
+        pytest.skip("no fbgemm here (not an x86 CPU build of PyTorch)")
+    torch.manual_seed(0)
+    x, w, b = torch.randn(8, 64), torch.randn(48, 64), torch.randn(48)
+    with torch.inference_mode():
+        f16, i8 = DynamicLinear(w, b, "fp16")(x), DynamicLinear(w, b, "int8")(x)
+    ref16 = torch.nn.functional.linear(x, w.half().float(), b)
+    assert torch.allclose(f16, ref16, rtol=1e-5, atol=1e-4)
+    ref = torch.nn.functional.linear(x, w, b)
+    assert not torch.equal(f16, ref)  # really the fp16 weights
+    assert (i8 - ref).abs().max() < 0.03 * ref.abs().max()
+    assert torch.equal(DynamicLinear(w, b, "int8")(x), ref)  # grad mode: the fp32 W
+
+
+def test_fast_drafter_proposes_close_to_fp32_and_has_its_own_profile_key():
+    """A native target's drafter (`quantize=True`) runs its layers on fbgemm fp16 and its head on int8: not exact, a
+    drafter need not be, but its proposals stay close to the fp32 drafter's, and its cost-profile key names the
+    kernels (a profile priced with slower ones is not reused), while the other kinds keep the config's id."""
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    from caddtree.drafter import drafter_id
+    from caddtree.kernels import DynamicLinear, dynamic_available
+    tg = tiny_target()
+    exact = DFlashDrafter(tiny_drafter(tg), calibrate=False)
+    fast = DFlashDrafter(tiny_drafter(tg), calibrate=False, quantize=True)
+    digest = hashlib.sha256(json.dumps(asdict(exact.c), sort_keys=True, default=str).encode()).hexdigest()[:12]
+    assert drafter_id(exact) == f"DFlashDrafter-{digest}"  # the key profiles were saved under before
+    if not dynamic_available():
+        assert fast.linears in ("q8_0", "fp32") and drafter_id(fast) == drafter_id(exact)
+        return
+    assert fast.linears == "fbgemm-f16-i8head" and drafter_id(fast) == f"DFlashDrafter-{digest}-fbgemm-f16-i8head"
+    assert type(fast.head) is DynamicLinear and fast.head.kind == "int8"
+    layer = fast.model.layers[0]
+    assert all(type(p) is DynamicLinear and p.kind == "fp16" for p in (layer.q_proj, layer.down_proj, fast.model.fc))
+    toks, feats = seq_features(tg, exact.target_layers, T=20)
+    for d in (exact, fast):
+        d.reset(toks[:12])
+    a, b = exact.propose(toks[:13], feats[:12]), fast.propose(toks[:13], feats[:12])  # [B-1, V] log-probs
+    assert not torch.equal(a, b)
+    assert (a.exp() - b.exp()).abs().max() < 0.02  # probabilities within 2 points

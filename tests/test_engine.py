@@ -58,31 +58,37 @@ def test_max_new_tokens_and_eos_exact():
 
 
 def test_compaction_equals_fresh_prefill():
+    """After a verify, committing any accepted path (every node's, and none) leaves the cache a fresh prefill of the
+    committed text would: rows already in place (the empty path, the tree's first nodes in order) are only cut, the
+    others moved (`commit_path`'s in_place)."""
     target = make_tiny_target(3)
     target.hidden_layers = [0, 1]
     p = prompt(3, 10)
-    cache = target.new_cache()
-    target.forward(p[:-1], cache)
     lp = torch.log_softmax(3 * torch.randn(4, target.vocab_size, generator=torch.Generator().manual_seed(0)), -1)
     tree = build_tree(lp, 12)
-    logits, feats = verify_tree(target, cache, int(p[-1]), tree)
-    leaf = int(tree.depths.argmax())
-    path = []
-    node = leaf
-    while node >= 0:
-        path.insert(0, node)
-        node = int(tree.parents[node])
-    rows = commit_path(cache, len(p) - 1, path, target.device)
-    seq = torch.cat([p, tree.tokens[path]])
-    assert cache.get_seq_length() == len(seq)
-    fresh = target.new_cache()
-    ref_logits, ref_feats = target.forward(seq, fresh)
-    assert torch.allclose(logits[rows], ref_logits[len(p) - 1:], atol=1e-4)
-    assert torch.allclose(feats[rows], ref_feats[len(p) - 1:], atol=1e-4)
-    probe = torch.tensor([5, 9])
-    after, _ = target.forward(probe, cache)
-    after_ref, _ = target.forward(probe, fresh)
-    assert torch.allclose(after, after_ref, atol=1e-4)
+    paths = [[]]
+    for leaf in range(len(tree)):
+        path, node = [], leaf
+        while node >= 0:
+            path.insert(0, node)
+            node = int(tree.parents[node])
+        paths.append(path)
+    assert [0, 1] in paths and any(path != list(range(len(path))) for path in paths)  # cut only; moved
+    for path in paths:
+        cache = target.new_cache()
+        target.forward(p[:-1], cache)
+        logits, feats = verify_tree(target, cache, int(p[-1]), tree)
+        rows = commit_path(cache, len(p) - 1, path, target.device)
+        seq = torch.cat([p, tree.tokens[path]])
+        assert cache.get_seq_length() == len(seq)
+        fresh = target.new_cache()
+        ref_logits, ref_feats = target.forward(seq, fresh)
+        assert torch.allclose(logits[rows], ref_logits[len(p) - 1:], atol=1e-4)
+        assert torch.allclose(feats[rows], ref_feats[len(p) - 1:], atol=1e-4)
+        probe = torch.tensor([5, 9])
+        after, _ = target.forward(probe, cache)
+        after_ref, _ = target.forward(probe, fresh)
+        assert torch.allclose(after, after_ref, atol=1e-4), path
 
 
 def test_bad_inputs_are_clear():

@@ -13,6 +13,7 @@ shipped DFlash drafter), `mix-` (DFlash + prompt lookup, `--drafter dflash+looku
 `caddtree@nogate` (a two-stage drafter such as `mix` runs both stages every round: no `budget.DraftGate`),
 `caddtree@predgate` (the gate learns from the policy's predicted gains instead of the realised ones),
 `caddtree@cal` (Φ priced by the acceptance rates observed per predicted δ: `budget.PhiCalibration`),
+`caddtree@spec` / `@specall` (`budget.SpeculationGate` under sampling / also greedily),
 `caddtree@carry` (under sampling, one draft gate per sampling setting kept across generations),
 `caddtree@convex` / `@passes` / `@mono` (C_v refitted from the same measurements: convex (the paper's fit), convex
 plus a jump per kernel pass (the default before results/bench-intel-monofit), monotone (the default)),
