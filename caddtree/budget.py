@@ -209,9 +209,10 @@ class DraftGate:
     each band runs stage 2 for its first `warmup` rounds, so the gate follows a change of text. Greedily the engine
     starts each generation with a fresh gate: what stage 2 gains depends on the text (on MBPP its mean gain per band
     was positive, on LiveCodeBench negative in every band, docs/design.md), and gains carried over from another
-    prompt made a run's speed depend on the prompts decoded before it. `Decoder(carry_gate="sampling")` (opt-in, not
-    yet benchmarked) keeps one gate per sampling setting across generations instead, where gains are small
-    everywhere and a fresh gate's warm-up may cost more than it learns. Only the draft changes, never the output.
+    prompt made a run's speed depend on the prompts decoded before it. Under sampling the engine keeps one gate per
+    sampling setting across generations instead (`Decoder(carry_gate="sampling")`, the default), where gains are small
+    everywhere and a fresh gate's warm-up cost more than it learned (results/bench-amd512-native3). Only the draft
+    changes, never the output.
     """
 
     def __init__(self, bands=(1.05, 1.3, 1.7), memory: float = 0.9, explore_every: int = 8, warmup: int = 3,

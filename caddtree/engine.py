@@ -109,7 +109,7 @@ class Decoder:
 
     def __init__(self, target: Target, drafter: Drafter | None = None, method: str = "ar", budget: int = 32,
                  cost_model=None, gate: bool | str = True, calibrate_phi: bool | str = SAMPLING_ONLY,
-                 speculation_gate: bool | str = False, carry_gate: bool | str = False):
+                 speculation_gate: bool | str = False, carry_gate: bool | str = SAMPLING_ONLY):
         if method not in METHODS:
             raise CaddtreeError(f"unknown method '{method}': choose one of {', '.join(METHODS)}")
         if method != "ar" and drafter is None:
@@ -139,11 +139,11 @@ class Decoder:
         self.gate_mode = gate or None
         self.gate = DraftGate() if gate and method == "caddtree" and two_stage else None
         # carry_gate: the draft gate keeps what it learned across the generations of one sampling setting (one gate
-        # per setting) instead of starting each text afresh. Meant for sampling (SAMPLING_ONLY), where each round
-        # gains little and a fresh gate's warm-up and re-checks (~10% of rounds paying the costly stage for ~nothing
-        # at T = 1.0, docs/sampling.md) may cost more than text-specific learning brings; off by default until
-        # benchmarked (`caddtree@carry`). Greedily gains depend on the text, and carrying them made a run's speed
-        # depend on the prompts decoded before it
+        # per setting) instead of starting each text afresh. Default under sampling (SAMPLING_ONLY): there each round
+        # gains little and a fresh gate's warm-up and re-checks paid the costly stage in 6-19% of rounds for ~nothing;
+        # carried, in 1-2%, and CaDDTree was 2-7% faster on each of 8 sets at T = 0.7 and 1.0
+        # (results/bench-amd512-native3, docs/sampling.md). Greedily off: gains depend on the text, and carrying them
+        # made a run's speed depend on the prompts decoded before it
         self.carry_gate = carry_gate if self.gate is not None else False
         self.carried_gates: dict = {}  # sampling setting -> DraftGate (`drafter.for_setting`)
         for name, value in (("calibrate_phi", calibrate_phi), ("speculation_gate", speculation_gate),

@@ -205,9 +205,10 @@ def test_gated_two_stage_caddtree_is_exact_and_skips_where_stage_two_does_not_pa
 
 @pytest.mark.parametrize("seed", range(3))
 def test_under_sampling_the_draft_gate_carries_what_it_learned_to_the_next_generation(seed):
-    """carry_gate (opt-in), a costly stage 2 (5 plain steps): under sampling the second generation of the same setting
-    goes on with the gate the first one left (its observations kept and added to), another setting gets its own fresh
-    gate, and with carry_gate=False (the default, as greedily) every generation starts a fresh gate, warm-up included."""
+    """carry_gate (default under sampling), a costly stage 2 (5 plain steps): under sampling the second generation of
+    the same setting goes on with the gate the first one left (its observations kept and added to), another setting
+    gets its own fresh gate, and with carry_gate=False (as greedily) every generation starts a fresh gate, warm-up
+    included."""
     import numpy as np
 
     from caddtree.costmodel import CostModel

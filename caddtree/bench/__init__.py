@@ -14,7 +14,8 @@ shipped DFlash drafter), `mix-` (DFlash + prompt lookup, `--drafter dflash+looku
 `caddtree@predgate` (the gate learns from the policy's predicted gains instead of the realised ones),
 `caddtree@cal` (Φ priced by the acceptance rates observed per predicted δ: `budget.PhiCalibration`),
 `caddtree@spec` / `@specall` (`budget.SpeculationGate` under sampling / also greedily),
-`caddtree@carry` (under sampling, one draft gate per sampling setting kept across generations),
+`caddtree@carry` / `@nocarry` (under sampling, one draft gate per sampling setting kept across generations: the
+default since results/bench-amd512-native3 / a fresh gate per generation),
 `caddtree@convex` / `@passes` / `@mono` (C_v refitted from the same measurements: convex (the paper's fit), convex
 plus a jump per kernel pass (the default before results/bench-intel-monofit), monotone (the default)),
 peers `hf` / `hf-lookup` (Hugging Face `generate`, plain / prompt_lookup_num_tokens=10) and `llamacpp`
