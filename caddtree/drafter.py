@@ -163,6 +163,7 @@ class PromptLookupDrafter(Drafter):
         # per sampling setting (`setting_key`), calibrations[n]: matches of n tokens (n = 0 unused)
         self._calibrations: dict[SamplingParams, list[OnlineCalibration]] = {}
         self._match = 0  # length of the current proposal's match (0: none); run state, not a setting (drafter_id)
+        self._starts, self._indexed = None, 0  # run state: the n-gram index (`_index`)
 
     @property
     def calibrations(self) -> list[OnlineCalibration]:
@@ -189,17 +190,33 @@ class PromptLookupDrafter(Drafter):
         for cals in self._calibrations.values():  # keep the rates: they describe the drafter on this target
             for c in cals:
                 c.forget_pending()
+        self._starts, self._indexed = None, 0  # the n-gram index of the text being decoded (`_index`)
+
+    def _index(self, seq: list[int]) -> list[dict[tuple, list[int]]]:
+        """starts[n][n-gram] = the positions where it starts in seq, ascending, for n = min_ngram .. max_ngram;
+        extended by the tokens committed since the last call (O(new tokens) a round, where a scan of the context
+        was O(ℓ)), rebuilt where seq is shorter than what was indexed (another text without `reset`)."""
+        if self._starts is None or len(seq) < self._indexed:
+            self._starts, self._indexed = [{} for _ in range(self.max_ngram + 1)], 0
+        for n in range(self.min_ngram, self.max_ngram + 1):
+            table = self._starts[n]
+            for start in range(max(0, self._indexed - n + 1), len(seq) - n + 1):  # n-grams ending in the new tokens
+                table.setdefault(tuple(seq[start:start + n]), []).append(start)
+        self._indexed = len(seq)
+        return self._starts
 
     def _continuations(self, seq: list[int]) -> tuple[list[list[int]], int]:
-        """-> (continuations after the most recent occurrences of the longest matching suffix, its length n)"""
-        L = self.num_positions
+        """-> (continuations after the most recent occurrences of the longest matching suffix, its length n): the
+        occurrences that end before the suffix itself, most recent first, at most `max_matches`."""
+        L, starts = self.num_positions, self._index(seq)
         for n in range(self.max_ngram, self.min_ngram - 1, -1):
             if len(seq) <= n:
                 continue
             suffix = seq[-n:]
             found = []
-            for start in range(len(seq) - n - 1, -1, -1):  # most recent occurrence first
-                if seq[start:start + n] == suffix:
+            for start in reversed(starts[n].get(tuple(suffix), ())):
+                # a start past len - n - 1 is the suffix itself; the comparison keeps a stale index from matching
+                if start <= len(seq) - n - 1 and seq[start:start + n] == suffix:
                     found.append(seq[start + n:start + n + L])
                     if len(found) >= self.max_matches:
                         break

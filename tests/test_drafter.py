@@ -4,6 +4,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from caddtree.accept import SamplingParams
 from caddtree.drafter import LookupMixtureDrafter, PromptLookupDrafter
@@ -187,3 +189,33 @@ def test_mixture_passes_the_sampling_setting_to_both_drafters():
     hot = SamplingParams(temperature=0.7, top_p=0.95)
     mix.set_sampling(hot)
     assert mix.sampling == mix.base.sampling == mix.lookup.sampling == hot
+
+
+def _scan_continuations(seq, n_max, n_min, L, max_matches):
+    """The lookup as a scan of the whole context (what the n-gram index replaced): the reference."""
+    for n in range(n_max, n_min - 1, -1):
+        if len(seq) <= n:
+            continue
+        found = [seq[s + n:s + n + L] for s in range(len(seq) - n - 1, -1, -1) if seq[s:s + n] == seq[-n:]]
+        if found:
+            return found[:max_matches], n
+    return [], 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=60), st.lists(st.integers(1, 6), min_size=1, max_size=20),
+       st.integers(1, 3))
+def test_ngram_index_finds_what_a_scan_of_the_context_finds(tokens, steps, min_ngram):
+    """The lookup's n-gram index, grown round by round (1-6 tokens committed each), gives the continuations a scan of
+    the whole context gives, most recent first; a shorter text without `reset` rebuilds it, and `reset` clears it."""
+    d = PromptLookupDrafter(5, num_positions=4, max_ngram=3, min_ngram=min_ngram, max_matches=3)
+    d.reset(None)
+    end, i = 1, 0
+    while end <= len(tokens):
+        seq = tokens[:end]
+        assert d._continuations(seq) == _scan_continuations(seq, 3, min_ngram, 4, 3)
+        end, i = end + steps[i % len(steps)], i + 1
+    short = tokens[: max(1, len(tokens) // 2)][::-1]  # another text, shorter, no reset
+    assert d._continuations(short) == _scan_continuations(short, 3, min_ngram, 4, 3)
+    d.reset(None)
+    assert d._indexed == 0 and d._continuations(tokens) == _scan_continuations(tokens, 3, min_ngram, 4, 3)
