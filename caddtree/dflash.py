@@ -12,7 +12,6 @@ Shapes: H hidden, h heads, g KV heads, d head dim, A blocks, B block size, C con
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
 import os
@@ -25,7 +24,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from caddtree.accept import draft_log_probs
-from caddtree.drafter import Drafter, OnlineCalibration, calibration_keep, for_setting, shrink_to_uniform
+from caddtree.drafter import (Drafter, OnlineCalibration, calibration_keep, for_setting, settings_digest,
+                              shrink_to_uniform)
 from caddtree.errors import CaddtreeError
 from caddtree.files import atomic_write
 from caddtree.kernels import DynamicLinear, PackedLinear, drafter_linears, pack_linears, q8_0, quantize_linears
@@ -329,9 +329,8 @@ class DFlashDrafter(Drafter):
     def fingerprint(self) -> str:
         """The cost profile's key for this drafter: its architecture (as `drafter.drafter_id` hashes a config) and,
         for the fbgemm linears, their kind (a profile priced with the slower kernels is not reused)."""
-        digest = hashlib.sha256(json.dumps(asdict(self.c), sort_keys=True, default=str).encode()).hexdigest()[:12]
         suffix = f"-{self.linears}" if self.linears.startswith("fbgemm") else ""
-        return f"DFlashDrafter-{digest}{suffix}"
+        return f"DFlashDrafter-{settings_digest(asdict(self.c))}{suffix}"
 
     @property
     def calibration(self) -> OnlineCalibration | None:

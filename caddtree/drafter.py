@@ -34,8 +34,12 @@ def drafter_id(drafter) -> str:
     cfg = next((v for v in vars(drafter).values() if dataclasses.is_dataclass(v) and not isinstance(v, type)), None)
     settings = dataclasses.asdict(cfg) if cfg is not None else {
         k: v for k, v in vars(drafter).items() if isinstance(v, (int, float, str, bool)) and not k.startswith("_")}
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    return f"{type(drafter).__name__}-{digest}"
+    return f"{type(drafter).__name__}-{settings_digest(settings)}"
+
+
+def settings_digest(settings: dict) -> str:
+    """12 hex digits naming a drafter's settings in cost-profile keys (`drafter_id`, `DFlashDrafter.fingerprint`)."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 MAX_SETTINGS = 32  # sampling settings whose calibrations are kept (a server's clients may send any temperature)

@@ -151,18 +151,27 @@ def pack_linears(module: nn.Module, kind: str | None = None) -> int:
     their own weight rows (no copy); returns how many were replaced."""
     if not packing_available():
         return 0
+
+    def packed(lin: nn.Linear) -> nn.Module | None:
+        if lin.weight.dtype == torch.float32:
+            return PackedLinear(lin.weight, lin.bias, kind)
+        if lin.weight.dtype in HALF_TYPES and lin.in_features % 32 == 0:
+            return half_linear(lin.weight, lin.bias)
+        return None
+    return replace_linears(module, packed)
+
+
+def replace_linears(module: nn.Module, make) -> int:
+    """Replace every CPU `nn.Linear` inside `module` by make(linear), where that is not None; returns how many were
+    replaced (what `pack_linears`, `quantize_linears` and `drafter_linears` share)."""
     count = 0
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is not nn.Linear or child.weight.device.type != "cpu":
-                continue
-            if child.weight.dtype == torch.float32:
-                setattr(parent, name, PackedLinear(child.weight, child.bias, kind))
-            elif child.weight.dtype in HALF_TYPES and child.in_features % 32 == 0:
-                setattr(parent, name, half_linear(child.weight, child.bias))
-            else:
-                continue
-            count += 1
+            if type(child) is nn.Linear and child.weight.device.type == "cpu":
+                new = make(child)
+                if new is not None:
+                    setattr(parent, name, new)
+                    count += 1
     return count
 
 
@@ -291,16 +300,14 @@ def quantize_linears(module: nn.Module) -> int:
     version (bias kept); returns how many were replaced."""
     if not packing_available():
         return 0
-    count = 0
-    for parent in list(module.modules()):
-        for name, child in list(parent.named_children()):
-            if (type(child) is nn.Linear and child.weight.device.type == "cpu" and child.in_features % 32 == 0
-                    and child.weight.dtype == torch.float32):
-                quant = q8_0(child.weight)
-                quant.bias = child.bias
-                setattr(parent, name, quant)
-                count += 1
-    return count
+
+    def quantized(lin: nn.Linear) -> QuantLinear | None:
+        if lin.in_features % 32 or lin.weight.dtype != torch.float32:
+            return None
+        quant = q8_0(lin.weight)
+        quant.bias = lin.bias
+        return quant
+    return replace_linears(module, quantized)
 
 
 FBGEMM = "fbgemm"  # PyTorch's x86 kernels for quantized and fp16-weight linears (AVX2 / AVX-512, VNNI where present)
@@ -360,14 +367,8 @@ def drafter_linears(module: nn.Module, kind: str = "fp16") -> int:
     many were replaced (0 where fbgemm is not available: see `dynamic_available`)."""
     if not dynamic_available():
         return 0
-    count = 0
-    for parent in list(module.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear and child.weight.device.type == "cpu" and \
-                    child.weight.dtype == torch.float32:
-                setattr(parent, name, DynamicLinear(child.weight, child.bias, kind))
-                count += 1
-    return count
+    return replace_linears(module, lambda lin: DynamicLinear(lin.weight, lin.bias, kind)
+                           if lin.weight.dtype == torch.float32 else None)
 
 
 def kernel_linear(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor, int, int] | None:
