@@ -7,10 +7,13 @@
 // block is the low nibble of byte j, element j + 16 its high nibble. d·q is exact in fp32 and d·q + m is rounded once
 // (an FMA), as gguf-py's dequantize computes it, so the weights used here equal the fp32 model's bit for bit.
 //
-// Scheme: the weights are split into strips of R rows; a thread dequantizes one strip into an fp32 buffer it owns
-// ([R, K], L1/L2-resident), then multiplies every input row against it, G rows at a time with R x G vector
-// accumulators (lanes over k), summed horizontally at the end. So each weight byte is read from memory once per call
-// and dequantized once, whatever the row count M.
+// Scheme: the weights are split into strips of R rows, each strip belonging to one thread. With AVX-512 the blocks
+// are dequantized in registers and multiplied straight away (`fused_strip`): up to 4 input rows against all R weight
+// rows, more in groups of up to 8 input rows against 2 weight rows (so 9+ rows dequantize each block once per group;
+// still faster than a buffer at 5-96 rows). Otherwise (AVX2, scalar; and Q8_0 at 1-3 rows) a thread dequantizes one
+// strip into an fp32 buffer it owns ([R, K], L1/L2-resident), then multiplies every input row against it, G rows at
+// a time with R x G vector accumulators (lanes over k), summed horizontally at the end. Either way each weight byte
+// is read from memory once per call.
 //
 // Invariant (exactness): y[m, n] is accumulated lane-wise over k in order, then reduced by one fixed horizontal sum;
 // nothing depends on M, on which group row m falls in, or on the thread count (a strip belongs to one thread), so a
@@ -315,10 +318,9 @@ inline void prefetch_strip(const uint8_t* bp, int64_t s, int64_t s_end, int64_t 
 }
 
 #if defined(__AVX512F__)
-// Few rows (a plain step, a small tree): y[m0 : m0+G, n0 : n0+RR] straight from the blocks, dequantized in registers
-// (no buffer). Same values and the same FMA sequence per output as strip_rows over the dequantized strip (k in order,
-// 16 lanes, then _mm512_reduce_add_ps), so both paths give the same bits: the row count picks the path, not the result.
-constexpr int FUSED_MAX = 4;  // 4 x 4 accumulators + 8 weights + 2 inputs of the 32 zmm registers
+// The register path: y[m0 : m0+G, n0 : n0+RR] straight from the blocks, dequantized in registers (no buffer). Same
+// values and the same FMA sequence per output as strip_rows over the dequantized strip (k in order, 16 lanes, then
+// _mm512_reduce_add_ps), so both paths give the same bits: the row count picks the path, not the result.
 template <int64_t type, int G, int RR>
 void fused_rows(const float* x, int64_t K, const uint8_t* strip, int64_t row_bytes, float* y, int64_t N, int64_t m0,
                 int64_t n0) {
@@ -340,15 +342,43 @@ void fused_rows(const float* x, int64_t K, const uint8_t* strip, int64_t row_byt
     for (int g = 0; g < G; ++g) y[(m0 + g) * N + n0 + r] = _mm512_reduce_add_ps(acc[r][g]);
 }
 
+// Register budget of the two shapes (32 zmm): G <= 4 rows x RR = 4 weight rows (16 accumulators + 8 weights + 2
+// inputs), and G <= FUSED_GROUP = 8 rows x RR = 2 (16 + 4 + 2)
+constexpr int FUSED_WIDE = 4, FUSED_GROUP = 8;
 template <int64_t type, int RR>
-void fused_all_rows(const float* x, int64_t M, int64_t K, const uint8_t* strip, int64_t row_bytes, float* y,
-                    int64_t N, int64_t n0) {
-  switch (M) {
-    case 4: fused_rows<type, 4, RR>(x, K, strip, row_bytes, y, N, 0, n0); break;
-    case 3: fused_rows<type, 3, RR>(x, K, strip, row_bytes, y, N, 0, n0); break;
-    case 2: fused_rows<type, 2, RR>(x, K, strip, row_bytes, y, N, 0, n0); break;
-    default: fused_rows<type, 1, RR>(x, K, strip, row_bytes, y, N, 0, n0); break;
+void fused_group(const float* x, int64_t G, int64_t K, const uint8_t* strip, int64_t row_bytes, float* y, int64_t N,
+                 int64_t m0, int64_t n0) {
+  switch (G) {
+    case 8: fused_rows<type, 8, RR>(x, K, strip, row_bytes, y, N, m0, n0); break;
+    case 7: fused_rows<type, 7, RR>(x, K, strip, row_bytes, y, N, m0, n0); break;
+    case 6: fused_rows<type, 6, RR>(x, K, strip, row_bytes, y, N, m0, n0); break;
+    case 5: fused_rows<type, 5, RR>(x, K, strip, row_bytes, y, N, m0, n0); break;
+    case 4: fused_rows<type, 4, RR>(x, K, strip, row_bytes, y, N, m0, n0); break;
+    case 3: fused_rows<type, 3, RR>(x, K, strip, row_bytes, y, N, m0, n0); break;
+    case 2: fused_rows<type, 2, RR>(x, K, strip, row_bytes, y, N, m0, n0); break;
+    default: fused_rows<type, 1, RR>(x, K, strip, row_bytes, y, N, m0, n0); break;
   }
+}
+
+// all M rows against one strip of `rows` <= R weight rows: up to FUSED_WIDE input rows against the whole strip (each
+// weight dequantized once); more in groups of FUSED_GROUP against 2 weight rows at a time (each weight dequantized
+// once per group: at 5-96 rows faster than dequantizing into a buffer once, measured in docs/design.md)
+template <int64_t type>
+void fused_strip(const float* x, int64_t M, int64_t K, const uint8_t* strip, int64_t row_bytes, int64_t rows,
+                 float* y, int64_t N, int64_t n0) {
+  if (rows == R && M <= FUSED_WIDE) {
+    fused_group<type, R>(x, M, K, strip, row_bytes, y, N, 0, n0);
+    return;
+  }
+  int64_t r = 0;
+  for (; r + 2 <= rows; r += 2)
+    for (int64_t m = 0; m < M; m += FUSED_GROUP)
+      fused_group<type, 2>(x, std::min<int64_t>(FUSED_GROUP, M - m), K, strip + r * row_bytes, row_bytes, y, N, m,
+                           n0 + r);
+  for (; r < rows; ++r)
+    for (int64_t m = 0; m < M; m += FUSED_GROUP)
+      fused_group<type, 1>(x, std::min<int64_t>(FUSED_GROUP, M - m), K, strip + r * row_bytes, row_bytes, y, N, m,
+                           n0 + r);
 }
 
 template <int64_t type>
@@ -356,18 +386,13 @@ void fused_linear(const float* x, int64_t M, int64_t K, const uint8_t* bp, float
   const int64_t row_bytes = K / QK * block_bytes(type), strips = (N + R - 1) / R;
   at::parallel_for(0, strips, 16, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s) {
-      const int64_t n0 = s * R, rows = std::min<int64_t>(R, N - n0);
+      const int64_t n0 = s * R;
       prefetch_strip(bp, s + PREFETCH_STRIPS, s1, R * row_bytes);
-      if (rows == R) {
-        fused_all_rows<type, R>(x, M, K, bp + n0 * row_bytes, row_bytes, y, N, n0);
-      } else {
-        for (int64_t r = 0; r < rows; ++r) fused_all_rows<type, 1>(x, M, K, bp + (n0 + r) * row_bytes, row_bytes, y, N, n0 + r);
-      }
+      fused_strip<type>(x, M, K, bp + n0 * row_bytes, row_bytes, std::min<int64_t>(R, N - n0), y, N, n0);
     }
   });
 }
-#else
-constexpr int FUSED_MAX = 0;  // no register path: every call dequantizes strips into a buffer
+
 #endif
 
 }  // namespace
@@ -387,12 +412,15 @@ torch::Tensor quant_linear(torch::Tensor x, torch::Tensor blocks, int64_t type) 
   const uint8_t* bp = blocks.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
 #if defined(__AVX512F__)
-  if (M <= FUSED_MAX && is_q4(type)) {  // Q8_0, F16: faster through the buffer (Q8_0 at 1-2 rows)
+  if (type != Q8_0 || M > 3) {  // Q8_0 (the LM head) at 1-3 rows: faster through the buffer (docs/design.md)
     switch (type) {
       case Q4_0: fused_linear<Q4_0>(xp, M, K, bp, yp, N); break;
       case Q4_1: fused_linear<Q4_1>(xp, M, K, bp, yp, N); break;
       case Q4_0S: fused_linear<Q4_0S>(xp, M, K, bp, yp, N); break;
-      default: fused_linear<Q4_1S>(xp, M, K, bp, yp, N); break;
+      case Q4_1S: fused_linear<Q4_1S>(xp, M, K, bp, yp, N); break;
+      case Q8_0: fused_linear<Q8_0>(xp, M, K, bp, yp, N); break;
+      case BF16: fused_linear<BF16>(xp, M, K, bp, yp, N); break;
+      default: fused_linear<F16>(xp, M, K, bp, yp, N); break;
     }
     return y;
   }
@@ -448,4 +476,9 @@ std::tuple<torch::Tensor, int64_t> quant_repack(torch::Tensor blocks, int64_t ty
 }
 
 int64_t quant_rows_per_strip() { return R; }
+// input rows per pass over the weights of a multi-row call: a verify of one row more pays a new pass
+#if defined(__AVX512F__)
+int64_t quant_row_group() { return FUSED_GROUP; }
+#else
 int64_t quant_row_group() { return G_MAX; }
+#endif
