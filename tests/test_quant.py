@@ -57,7 +57,8 @@ def test_quant_linear_matches_fp32_linear(kind, rows):
 
 
 def _check_invariance(linear_fn, blocks, kind, k, threads=(1, 2)):
-    """Rows 1..96, any split of them, any thread count: every row bit-identical to that row alone."""
+    """Rows 1..96 (both sides of the kernel's path and group boundaries: 4/5 rows, groups of 8), any split of them, any
+    thread count: every row bit-identical to that row alone."""
     torch.manual_seed(1)
     x = torch.randn(MAX_ROWS, k)
     t = GGML_TYPES[kind]
@@ -67,7 +68,7 @@ def _check_invariance(linear_fn, blocks, kind, k, threads=(1, 2)):
         alone = torch.cat([linear_fn(x[i:i + 1].contiguous(), blocks, t) for i in range(MAX_ROWS)])
         for n_threads in threads:
             torch.set_num_threads(n_threads)
-            for m in (2, 3, 5, 6, 7, 12, 13, 31, 64, MAX_ROWS):
+            for m in (2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17, 31, 64, MAX_ROWS):  # both sides of each pass
                 for start in (0, MAX_ROWS - m):
                     got = linear_fn(x[start:start + m].contiguous(), blocks, t)
                     assert torch.equal(got, alone[start:start + m]), (kind, m, start, n_threads)
