@@ -17,6 +17,7 @@ from caddtree.options import (add_method_args, add_model_args, check_cost_model_
                               describe_drafter, load_drafter_spec, load_target_from, setup_torch)
 from caddtree.profile import ensure_cost_model
 from caddtree.serve.app import create_app, serve
+from caddtree.serve.text import StopText
 from caddtree.serve.worker import Worker
 from caddtree.train.command import add_eval_parser, add_train_parser
 
@@ -45,14 +46,16 @@ def check_generate_args(args) -> SamplingParams:
 
 
 def stream_printer(tokenizer):
-    """on_tokens callback: prints each round's new text (decoded with its left context, so merges come out right)."""
-    streamed = []
+    """on_tokens callback: prints each round's new text once it is certain (decoded with its left context, so merges
+    come out right; an incomplete multi-byte character is held until a later round completes it, not printed as
+    U+FFFD). `stream.finish()` prints what is held when the generation ends. One decode a round (`StopText`, the
+    server's, with no stop strings)."""
+    text = StopText(lambda ids: tokenizer.decode(ids, skip_special_tokens=True), [])
 
     def stream(new):
-        before = tokenizer.decode(streamed, skip_special_tokens=True)
-        streamed.extend(new)
-        sys.stdout.write(tokenizer.decode(streamed, skip_special_tokens=True)[len(before):])
+        sys.stdout.write(text.push(new))
         sys.stdout.flush()
+    stream.finish = lambda: sys.stdout.write(text.finish())
     return stream
 
 
@@ -79,8 +82,9 @@ def cmd_generate(args) -> None:
     print(f"target {target.name} | method {args.method}"
           + (f" | drafter {describe_drafter(args.drafter, target)}" if decoder.drafter else "")
           + f" | prompt {len(ids)} tokens | exactness {target.exactness}", file=sys.stderr)
-    res = decoder.generate(ids, args.max_new_tokens, sampling, seed=args.seed,
-                           on_tokens=stream_printer(target.tokenizer))
+    printer = stream_printer(target.tokenizer)
+    res = decoder.generate(ids, args.max_new_tokens, sampling, seed=args.seed, on_tokens=printer)
+    printer.finish()
     print()
     report = {"method": args.method, **res.summary()}
     print(summary_line(args.method, report), file=sys.stderr)

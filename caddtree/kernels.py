@@ -227,7 +227,8 @@ KERNEL_DTYPES = (torch.float32, *HALF_TYPES)  # activations QuantLinear and row_
 
 
 def quant_row_group() -> int:
-    """Input rows the GGUF-block kernel multiplies per pass over a dequantized strip (6 with AVX-512, 5 with AVX2)."""
+    """Input rows the GGUF-block kernel multiplies per pass over the weights (8 with AVX-512: its register groups; 5
+    with AVX2: rows per pass over a dequantized strip)."""
     return _library().quant_row_group()
 
 

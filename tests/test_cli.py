@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from caddtree.cli import main
+from caddtree.cli import main, stream_printer
 
 NO_SUCH_GPU = f"cuda:{torch.cuda.device_count() + 1000}"  # an index past every GPU here, on any machine
 
@@ -109,3 +109,25 @@ def test_drafter_specs():
         load_drafter_spec("/no/such+lookup", target)
     with pytest.raises(CaddtreeError, match="no shipped DFlash drafter"):
         load_drafter_spec("dflash+lookup", target)
+
+
+class ByteTokenizer:
+    """Token i = byte i: a character of several UTF-8 bytes spans tokens, as in byte-level BPE vocabularies."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return bytes(ids).decode("utf-8", errors="replace")
+
+
+def test_stream_printer_holds_a_split_character_until_it_is_complete(capsys):
+    text = "café € ok"
+    data = list(text.encode())
+    rounds = [data[:4], data[4:5], data[5:8], data[8:9], data[9:]]  # splits é after its first byte, € inside
+    printer = stream_printer(ByteTokenizer())
+    chunks = []
+    for new in rounds:
+        printer(new)
+        chunks.append(capsys.readouterr().out)
+    printer.finish()
+    chunks.append(capsys.readouterr().out)
+    assert "\ufffd" not in "".join(chunks) and "".join(chunks) == text
+    assert chunks[0] == "caf"  # the first byte of é is held, not printed as U+FFFD
