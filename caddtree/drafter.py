@@ -323,9 +323,10 @@ class LookupMixtureDrafter(Drafter):
         self.lookup.reset(prompt_ids)
         self._votes, self._pending = None, []
 
-    def propose_cheap(self, tokens: torch.Tensor) -> SparseMarginals:
-        """Stage 1: prompt lookup alone (uniform where it has no vote) -> its [L, V] marginals as `SparseMarginals`."""
-        self._votes = self.lookup.votes(tokens.tolist())
+    def propose_cheap(self, tokens: torch.Tensor | list[int]) -> SparseMarginals:
+        """Stage 1: prompt lookup alone (uniform where it has no vote) -> its [L, V] marginals as `SparseMarginals`.
+        tokens: the committed ids, a [ℓ + 1] tensor or a list (the decoder passes its list: the lookup reads one)."""
+        self._votes = self.lookup.votes(tokens if isinstance(tokens, list) else tokens.tolist())
         return self.lookup.sparse_marginals(self._votes)
 
     def skip_rest(self, features: torch.Tensor | None) -> None:

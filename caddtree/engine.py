@@ -224,7 +224,6 @@ class Decoder:
         `start`: the round's start time (the drafting laps count from it)."""
         device = self.target.device
         clock = [start]
-        tokens = torch.tensor(committed, device=device)
 
         def lap() -> float:  # ms since the previous lap
             t = now(device)
@@ -233,12 +232,12 @@ class Decoder:
 
         probe, options = None, []
         if self.gate is None:
-            log_probs = self.drafter.propose(tokens, feats)  # [L, V]
+            log_probs = self.drafter.propose(torch.tensor(committed, device=device), feats)  # [L, V]
             stats.draft_ms = lap()
             tree, choice = self._choose(log_probs, ctx, room)
             stats.build_ms = lap()
         else:  # two-stage drafter: the first stage's tree, and the second stage only where the gate expects a gain
-            log_probs = self.drafter.propose_cheap(tokens)
+            log_probs = self.drafter.propose_cheap(committed)  # a list: most rounds need no [ℓ + 1] tensor
             stats.draft_ms = lap()
             tree, choice = self._choose(log_probs, ctx, room, draft_ms=self.cost_model.cheap_draft_ms(ctx),
                                         stage="cheap")
@@ -249,7 +248,7 @@ class Decoder:
             stats.second_stage = self.gate.run_rest(band)
             if stats.second_stage:
                 cheap, cheap_ms = tree, choice.predicted_ms
-                log_probs = self.drafter.propose_rest(tokens, feats)
+                log_probs = self.drafter.propose_rest(torch.tensor(committed, device=device), feats)
                 stats.draft_ms += lap()
                 tree, choice = self._choose(log_probs, ctx, room)
                 if self.gate_mode == "predicted":

@@ -271,13 +271,14 @@ def _draft_ms(target, drafter, ids, feats, warmup, repeats, g, cache) -> tuple[f
         for stage in ("full", "cheap") if two_stage else ("full",):
             tokens = torch.cat([tokens, torch.randint(0, target.vocab_size, (NEW_TOKENS,), generator=g).to(device)])
             new_feats = torch.randn(NEW_TOKENS, width, generator=g).to(device, target.dtype) if width else None
+            committed = tokens.tolist() if stage == "cheap" else None  # the decoder's list, as it passes it
             target.forward(ids[-1:], cache)
             crop_cache(cache, ctx)
             t0 = now(device)
             if stage == "full":
                 drafter.propose(tokens, new_feats)
             else:  # the first stage, then the second stage skipped (it keeps the features for later)
-                drafter.propose_cheap(tokens)
+                drafter.propose_cheap(committed)
                 drafter.skip_rest(new_feats)
             if r > warmup:
                 (times if stage == "full" else cheap).append(now(device) - t0)

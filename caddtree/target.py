@@ -186,13 +186,13 @@ def compact_cache(cache, start: int, keep: torch.Tensor, in_place: int = 0) -> N
     round that accepted nothing, or the first nodes of the tree in order (most rounds of a small tree), only cuts.
     """
     k = keep.shape[0]
-    move = keep[in_place:]
+    move = keep[in_place:] if in_place < k else None
     for layer in cache.layers:
-        for name in ("keys", "values"):
-            t = getattr(layer, name)  # [B, heads, S, d]
-            if move.numel():
-                t[..., start + in_place:start + k, :] = t.index_select(-2, move)
-            setattr(layer, name, t[..., :start + k, :])
+        keys, values = layer.keys, layer.values  # [B, heads, S, d]
+        if move is not None:
+            keys[..., start + in_place:start + k, :] = keys.index_select(-2, move)
+            values[..., start + in_place:start + k, :] = values.index_select(-2, move)
+        layer.keys, layer.values = keys.narrow(-2, 0, start + k), values.narrow(-2, 0, start + k)
 
 
 def prefill(target: Target, cache, ids: torch.Tensor, chunk: int = 512):

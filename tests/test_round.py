@@ -63,7 +63,7 @@ class RecordingMix(LookupMixtureDrafter):
 
     def propose_cheap(self, tokens):
         out = super().propose_cheap(tokens)
-        self.cheap_calls.append((int(tokens.shape[0]), out))
+        self.cheap_calls.append((len(tokens), out))
         return out
 
     def propose_rest(self, tokens, features):
