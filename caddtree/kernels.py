@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from filelock import FileLock
 from gguf import GGMLQuantizationType, quants
 from torch import nn
 from torch.utils.cpp_extension import load
@@ -50,19 +51,34 @@ _HEADERS = [Path(__file__).with_name("vec16.h")]
 _OPENMP = ["-fopenmp"] if sys.platform.startswith("linux") else []
 
 
+def _build_dir() -> Path:
+    """Where this source, CPU and torch version's build lives: cache_dir()/kernels/<hash of all three>."""
+    source = b"".join(p.read_bytes() for p in _SOURCES + _HEADERS) + " ".join(_OPENMP).encode()
+    digest = hashlib.sha256(source + cpu_tag().encode() + torch.__version__.encode()).hexdigest()
+    return cache_dir() / "kernels" / digest[:12]
+
+
 @functools.cache
 def _library():
     """The compiled kernel module, or None (warned once) where it cannot be built."""
-    source = b"".join(p.read_bytes() for p in _SOURCES + _HEADERS) + " ".join(_OPENMP).encode()
-    key = hashlib.sha256(source + cpu_tag().encode() + torch.__version__.encode()).hexdigest()[:12]
-    build = cache_dir() / "kernels" / key
+    build = _build_dir()
+    key = build.name
     try:  # no compiler, no ninja, unsupported platform, unwritable cache: keep PyTorch's linears
         build.mkdir(parents=True, exist_ok=True)
-        if not any(build.glob("*.so")):
-            print(f"caddtree: compiling the CPU linear kernel into {build} (once per machine, ~30 s)", file=sys.stderr)
-        return load(name=f"caddtree_cpu_kernels_{key}", sources=[str(p) for p in _SOURCES],
-                    build_directory=str(build), extra_cflags=["-O3", "-march=native", *_OPENMP],
-                    extra_ldflags=_OPENMP, verbose=False)
+        # torch's own build lock (build/lock) is a plain file: a build killed midway (Ctrl-C on the first run) leaves
+        # it behind, and every later load then waits on it forever, silently. Builds are serialised by an OS file
+        # lock instead, which dies with its holder; under it a leftover `lock` can only be stale.
+        with FileLock(str(build / "caddtree.lock")):
+            if (build / "lock").exists():
+                print(f"caddtree: removing a stale build lock left by an interrupted build in {build}",
+                      file=sys.stderr)
+                (build / "lock").unlink(missing_ok=True)
+            if not any(build.glob("*.so")):
+                print(f"caddtree: compiling the CPU linear kernel into {build} (once per machine, ~30 s)",
+                      file=sys.stderr)
+            return load(name=f"caddtree_cpu_kernels_{key}", sources=[str(p) for p in _SOURCES],
+                        build_directory=str(build), extra_cflags=["-O3", "-march=native", *_OPENMP],
+                        extra_ldflags=_OPENMP, verbose=False)
     except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         warnings.warn(f"caddtree: CPU linear kernel not built ({first}); decoding uses PyTorch's linears (same "
