@@ -146,6 +146,8 @@ def run_llamacpp(target, ids: torch.Tensor, max_new_tokens: int, sampling, seed:
     try:
         return _LLAMA[key](request)
     except PeerCrashed as e:
-        raise PeerCrashed(f"{e}; a llama-cpp-python built for this CPU (-march=native) can crash like this: "
-                          f"rebuild it with CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install --no-cache-dir "
+        raise PeerCrashed(f"{e}; a llama-cpp-python built for this CPU (-march=native) can crash like this (on an "
+                          f"Intel Xeon with AMX: in ggml's AMX matmul): rebuild it without AMX, e.g. CMAKE_ARGS=\""
+                          f"-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON "
+                          f"-DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON\" pip install --no-cache-dir "
                           f"--force-reinstall --no-deps llama-cpp-python") from None
