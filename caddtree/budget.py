@@ -93,11 +93,26 @@ class TreeStop:
     def __init__(self, cost: CostModel, ctx: int, draft_ms: float | None = None,
                  calibration: "PhiCalibration | None" = None):
         self.calibration, self.last = calibration, 1.0  # last: the previous node's priced δ
-        self.cap = cost.max_nodes
-        # [cap + 1] round ms per tree size, as floats: the per-node test reads single entries
-        self.cost = (_base_ms(cost, ctx, draft_ms) + cost.verify_curve(ctx)).tolist()
-        self.m, self.phi, self.best = 0, 0.0, 1.0 / self.cost[0]
+        self.cap, self.model, self.ctx = cost.max_nodes, cost, ctx
+        self.base = _base_ms(cost, ctx, draft_ms)
+        self.plain_ms = self.base + cost.plain_verify_ms(ctx)  # = curve[0], without the curve
+        self._curve, self._cost = None, None  # made at the first node (`curve`, `cost`)
+        self.m, self.phi, self.best = 0, 0.0, 1.0 / self.plain_ms
         self.n, self.phi_n = 0, 0.0  # the first argmax of θ over the sizes seen so far, and its Φ
+
+    @property
+    def curve(self) -> np.ndarray:
+        """[cap + 1] round ms per tree size: C_d + overhead + C_v(n; ℓ)."""
+        if self._curve is None:
+            self._curve = self.base + self.model.verify_curve(self.ctx)
+        return self._curve
+
+    @property
+    def cost(self) -> list[float]:
+        """`curve` as floats: the per-node test reads single entries."""
+        if self._cost is None:
+            self._cost = self.curve.tolist()
+        return self._cost
 
     def __call__(self, log_weight: float) -> bool:
         self.m += 1
@@ -120,7 +135,34 @@ class TreeStop:
 
     def choice(self) -> BudgetChoice:
         """The tree size to verify among those built (call after `build_tree` has stopped)."""
-        return BudgetChoice(self.n, self.phi_n, self.cost[self.n], self.cost[0])
+        chosen = self.plain_ms if self.n == 0 else float(self.curve[self.n])
+        return BudgetChoice(self.n, self.phi_n, chosen, self.plain_ms)
+
+    def plain_only(self, log_weight: float) -> bool:
+        """Whether a tree whose best node weighs `log_weight` (its first node: every other weighs at most as much)
+        stops at its first node with the plain step chosen, decided before any node is built.
+
+        It does exactly when no size n >= 1 has (1 + (n - 1) δ + δ) / cost(n) above θ_0 = 1 / cost(0) (δ: the node
+        priced as `__call__` prices it), the test `__call__` makes at that node, in the same float64 operations: True
+        exactly where a build with this stop yields the plain step, so the caller may skip the build (~0.1-0.2 ms of
+        Python a round, cache-cold after a verify). Mathematically the test is δ <= (C_v(n) - C_v(0)) / (n cost(0))
+        for every n; most rounds of sampled text sit far below the least of those slopes, and a lower bound of it
+        (`CostModel.row_slope_floor`) answers them without the loop over sizes (half of it: a margin far beyond the
+        loop's rounding). Reads no state it changes: call it on a fresh stop, before `build_tree`.
+        """
+        if self.m:
+            raise ValueError("plain_only decides before the first node: call it on a fresh TreeStop")
+        d = float(np.exp(log_weight))
+        if self.calibration is not None:
+            d = min(self.last, self.calibration.scale(d))
+        floor = self.model.row_slope_floor(self.ctx)
+        if floor > 1e-9 * self.plain_ms and d * self.plain_ms <= 0.5 * floor:
+            return True
+        a, cost, best = 1.0 + d, self.cost, self.best  # θ_1's numerator; n >= 2 add (n - 1) δ, as `__call__` does
+        for n in range(1, self.cap + 1):  # a plain loop: numpy's per-call cost weighs more here, cache-cold
+            if (a + (n - 1) * d) / cost[n] > best:
+                return False
+        return True
 
 
 class PhiCalibration:
@@ -235,7 +277,8 @@ class DraftGate:
         self.checking = [False] * k  # the band's last run was a re-check
 
     def band(self, theta1: float, theta0: float) -> int:
-        return int(np.searchsorted(self.bands, theta1 / max(theta0, 1e-12), side="right"))
+        # = np.searchsorted(bands, ratio, side="right"), without numpy's per-call cost (a call every round)
+        return bisect.bisect_right(self.bands, theta1 / max(theta0, 1e-12))
 
     def run_rest(self, band: int) -> bool:
         """Whether to pay for stage 2 this round."""

@@ -66,6 +66,17 @@ class CostModel:
         # with a draft gate) blends one table; the ops saved weigh there, run cache-cold right after a verify
         self._curve = self.verify + self.pass_ms[:, None] * passes
         self._curve_slope = self.verify_slope + self._scalar_slope(self.pass_ms) * passes
+        # the per-ctx scalars as Python floats (table, slope past the grid): blended without numpy's per-call cost,
+        # several times a round right after a verify forward (`_scalar_blend`: the same float64 operations)
+        self._scalars = {name: (table.tolist(), float(self._scalar_slope(table))) for name, table in (
+            ("draft", self.draft), ("overhead", self.overhead), ("cheap_draft", self.cheap_draft)) if table is not None}
+        self._scalars["plain_verify"] = (self._curve[:, 0].tolist(), float(self._curve_slope[0]))
+        # min over n >= 1 of (C_v(n) - C_v(0)) / n per grid ctx, and of its slope past the grid: blended like the
+        # others, a lower bound of the same minimum on the blended curve (a min of blends >= the blend of the mins)
+        rows = np.arange(1, self.max_nodes + 1)
+        if len(rows):
+            self._scalars["row_slope"] = (((self._curve[:, 1:] - self._curve[:, :1]) / rows).min(1).tolist(),
+                                          float(((self._curve_slope[1:] - self._curve_slope[0]) / rows).min()))
 
     @property
     def max_nodes(self) -> int:
@@ -82,12 +93,33 @@ class CostModel:
         t = (ctx - cs[j - 1]) / (cs[j] - cs[j - 1])
         return (1.0 - t) * table[j - 1] + t * table[j]
 
+    def _scalar_blend(self, name: str, ctx: float) -> float:
+        """`_ctx_blend` of a per-ctx scalar table (draft, overhead, cheap_draft) at ctx, in Python floats."""
+        table, slope = self._scalars[name]
+        cs = self.ctxs
+        if ctx <= cs[0]:
+            return table[0]
+        if ctx >= cs[-1]:
+            return table[-1] + (ctx - cs[-1]) * slope
+        j = bisect.bisect_right(cs, ctx)
+        t = (ctx - cs[j - 1]) / (cs[j] - cs[j - 1])
+        return (1.0 - t) * table[j - 1] + t * table[j]
+
     def _scalar_slope(self, v: np.ndarray) -> float:
         return max((v[-1] - v[-2]) / (self.ctxs[-1] - self.ctxs[-2]), 0.0) if len(self.ctxs) > 1 else 0.0
 
     def verify_curve(self, ctx: float) -> np.ndarray:
         """[max_nodes + 1] C_v(n; ctx) for n = 0..max_nodes (the per-round hot path: a few numpy ops)."""
         return self._ctx_blend(self._curve, self._curve_slope, ctx)
+
+    def plain_verify_ms(self, ctx: float) -> float:
+        """C_v(0; ctx), the plain step: `verify_curve(ctx)[0]` to the last bit, without the curve."""
+        return self._scalar_blend("plain_verify", ctx)
+
+    def row_slope_floor(self, ctx: float) -> float:
+        """A lower bound of min over n >= 1 of (C_v(n; ctx) - C_v(0; ctx)) / n, the least verify cost per extra row
+        from a plain step (`budget.TreeStop.plain_only`); inf where the profile has no tree sizes."""
+        return self._scalar_blend("row_slope", ctx) if "row_slope" in self._scalars else float("inf")
 
     def verify_ms(self, n, ctx: float):
         """C_v(n; ctx) in ms; n an int (-> float) or a 1-D array/tensor of ints (-> np.ndarray)."""
@@ -101,17 +133,17 @@ class CostModel:
         return float(out) if out.ndim == 0 else out
 
     def draft_ms(self, ctx: float) -> float:
-        return float(self._ctx_blend(self.draft, self._scalar_slope(self.draft), ctx))
+        return self._scalar_blend("draft", ctx)
 
     def cheap_draft_ms(self, ctx: float) -> float:
         """C_d of the first stage alone of a two-stage drafter (`drafter.LookupMixtureDrafter`); its full C_d if the
         profile did not measure one."""
         if self.cheap_draft is None:
             return self.draft_ms(ctx)
-        return float(self._ctx_blend(self.cheap_draft, self._scalar_slope(self.cheap_draft), ctx))
+        return self._scalar_blend("cheap_draft", ctx)
 
     def overhead_ms(self, ctx: float) -> float:
-        return float(self._ctx_blend(self.overhead, self._scalar_slope(self.overhead), ctx))
+        return self._scalar_blend("overhead", ctx)
 
     def round_ms(self, n, ctx: float):
         """Predicted wall time of one decoding round that verifies n tree nodes: draft + overhead + verify."""

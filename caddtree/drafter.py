@@ -248,9 +248,10 @@ class PromptLookupDrafter(Drafter):
         """-> (shift [L]: log(1 - c_i) where position i has votes, else 0; (i, token, c_i * its share of the votes)
         per voted token): position i's law becomes c_i * (votes shared by count) + (1 - c_i) * its own law."""
         shift, entries = [0.0] * len(votes), []
+        cal = self.calibration  # looked up once: each lookup finds the sampling setting's calibrations
         for i, v in enumerate(votes):
             if v:
-                conf, total = self.calibrated(i), sum(v.values())
+                conf, total = cal.rate(i), sum(v.values())
                 shift[i] = math.log1p(-conf)
                 entries += [(i, tok, conf * cnt / total) for tok, cnt in v.items()]
         return shift, entries

@@ -16,18 +16,21 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from caddtree import kernels
 from caddtree.accept import SamplingParams, accept_walk, accepted_along, sample_token, target_choices
 from caddtree.budget import DraftGate, PhiCalibration, SpeculationGate, TreeStop
 from caddtree.drafter import Drafter, for_setting, setting_key
 from caddtree.errors import CaddtreeError
 from caddtree.target import Target
-from caddtree.tree import Tree, build_tree
+from caddtree.tree import SparseMarginals, Tree, build_tree
 from caddtree.verify import commit_path, now, verify_tree
 
 METHODS = ("ar", "ddtree", "caddtree")
 GATES = ("realised", "predicted")
 SAMPLING_ONLY = "sampling"  # a CaDDTree option's value meaning: on when the target samples (T > 0), off greedily
-GATE_BACKOFF = 64  # under sampling, the draft gate's longest re-check interval for a band that does not pay
+# under sampling, the draft gate's longest re-check interval for a band that does not pay: each re-check is a DFlash
+# forward (~45% of a plain step on the AMD), and at 64 the re-checks alone cost ~1.5% of T = 1's decode time there
+GATE_BACKOFF = 256
 
 
 @dataclass
@@ -172,7 +175,10 @@ class Decoder:
         between greedy and sampled text, and between temperatures), or None where it is off."""
         if not self._sampled_option(self.calibrate_phi):
             return None
-        return for_setting(self.phi_cal, self.sampling, dict).setdefault(stage, PhiCalibration())
+        cals = for_setting(self.phi_cal, self.sampling, dict)
+        if stage not in cals:  # not setdefault: a PhiCalibration built every call costs ~20 µs, twice a round
+            cals[stage] = PhiCalibration()
+        return cals[stage]
 
     def _prompt_ids(self, prompt_ids) -> torch.Tensor:
         """Token ids as a list or a [P] / [1, P] integer tensor (a tokenizer's batch of one) -> [P] long on the
@@ -214,6 +220,11 @@ class Decoder:
             return build_tree(log_probs[:room], self.budget), None  # depth capped: no token lands past the budget
         # built only as far as the choice can use it, which the stop rule keeps
         stop = TreeStop(self.cost_model, ctx, draft_ms=draft_ms, calibration=self._phi_cal(stage))
+        sparse = isinstance(log_probs, SparseMarginals) and log_probs.shape[0] > 0
+        if sparse and stop.plain_only(log_probs.top_log_prob(0)):
+            # prompt lookup's best node cannot pay for its row: the choice is the plain step, known without a build
+            # (most rounds of sampled text, where a round's fixed costs decide CaDDTree against plain decoding)
+            return Tree.empty(), stop.choice()
         tree = build_tree(log_probs[:room], self.budget, stop)
         choice = stop.choice()
         return tree.prefix(choice.n), choice
@@ -317,6 +328,9 @@ class Decoder:
         if spec_gate is not None:
             spec_gate.reset()
         result = GenerationResult(prompt_len=P, tokens=[], prefill_ms=1000 * (now(device) - t0))
+        # the draw: sample.cpp's one call on CPU (~0.2 ms a token where PyTorch's ops took ~0.7, caches cold after a
+        # verify), else the reference `sample_token`; the same law (tests/test_sampling.py)
+        draw = kernels.sampler(device) or sample_token
 
         committed = prompt_ids.tolist()
         probes: list[GateProbe] = []  # rounds whose stage-1-only outcome the gate learns once the output decides it
@@ -340,7 +354,7 @@ class Decoder:
             else:  # one draw per row the walk reaches (1 + accepted), not per node
 
                 def choices(row: int) -> int:
-                    return sample_token(logits[row], sampling, gen)
+                    return draw(logits[row], sampling, gen)
             path, bonus = accept_walk(tree.tokens, tree.parents, choices)
             phi_cal = self._phi_cal("cheap" if stats.second_stage is False else "full")
             if phi_cal is not None and len(tree):

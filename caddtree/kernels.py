@@ -23,6 +23,7 @@ import hashlib
 import os
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,7 @@ ROW_GROUP = {"panel": 6, "amx": 16}  # rows per pass: panel_linear.cpp's G_MAX, 
 MAX_ROWS = 96  # above this PyTorch's GEMM wins (prefill); measured with `python scripts/compare_kernels.py`
 
 _SOURCES = [Path(__file__).with_name(f) for f in ("panel_linear.cpp", "quant_linear.cpp", "attention.cpp",
-                                                 "lean_layers.cpp")]
+                                                 "lean_layers.cpp", "sample.cpp")]
 _HEADERS = [Path(__file__).with_name("vec16.h")]
 # OpenMP: at::parallel_for in the kernels is an `omp parallel` region only when compiled with -fopenmp (else every call
 # runs on one thread). Linked by soname (libgomp.so.1), it binds to the runtime torch has already loaded, so
@@ -417,3 +418,25 @@ def row_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, all
     empty = torch.empty(0, dtype=torch.bool)
     return _library().row_attention(q.contiguous(), keys, values, empty if allowed is None else allowed.contiguous(),
                                     scale)
+
+
+def sampler(device) -> Callable | None:
+    """The one-call draw of sample.cpp for logits on `device` (CPU with the extension built), else None (the caller
+    keeps `accept.sample_token`, the reference it is tested against)."""
+    if torch.device(device).type != "cpu" or not packing_available():
+        return None
+    return sample_processed
+
+
+def sample_processed(logits: torch.Tensor, params, generator: torch.Generator | None = None) -> int:
+    """logits [V] -> one draw from the processed law of `params` (a sampling `accept.SamplingParams`, T > 0), as
+    `accept.sample_token` draws: one uniform u from `generator`, the first kept token whose cumulative probability
+    exceeds u. sample.cpp documents the law's arithmetic."""
+    u = float(torch.rand((), dtype=torch.float64, generator=generator))
+    return _library().sample_processed(logits.float().contiguous(), params.temperature, params.top_k,
+                                       params.top_p, u)
+
+
+def processed_law(logits: torch.Tensor, params) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [V] -> (kept tokens [k], their probabilities [k] float64): the law `sample_processed` draws from."""
+    return _library().processed_law(logits.float().contiguous(), params.temperature, params.top_k, params.top_p)

@@ -2,6 +2,7 @@
 tree builder's stop (`TreeStop`) and `choose_tree_size` agree, ties included.
 
 Speed of the policy is a benchmark, not a test: scripts/bench_policy_cost.py."""
+import copy
 from fractions import Fraction
 
 import numpy as np
@@ -474,3 +475,54 @@ def test_draft_gate_backs_off_rechecking_a_losing_band_only_when_asked():
                 runs.append(i)
                 gate.observe(0, 1.0, 0.5)
         assert runs == want, (backoff, runs)
+
+
+def plain_after_first_node(cost: CostModel, ctx: int, w: float, calibration=None) -> bool:
+    """What `build_tree` with a TreeStop does with a first node of log weight w: stop there with the plain step."""
+    stop = TreeStop(cost, ctx, calibration=calibration)
+    return stop(w) and stop.choice().n == 0
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_plain_only_answers_as_the_build_would_after_its_first_node(seed):
+    """`TreeStop.plain_only(w)` is True exactly where a build whose first node weighs w stops at that node with the
+    plain step chosen (the engine then skips the build): random cost curves, weights across the break-even point,
+    with and without a calibration; on the dyadic tie cases below, exactly at the break-even as well."""
+    from caddtree.budget import PhiCalibration
+    rng = np.random.default_rng(seed)
+    steps = rng.uniform(0.05, 3.0, 64) * (rng.random(64) < 0.8)  # C_v rising by 0-3 ms a node, flat in places
+    steps[0] = rng.uniform(0.5, 3.0)  # but a row's first: C_v(1) = C_v(0) would make any tree beat the plain step
+    cost = cost_of(rng.uniform(5.0, 10.0) + np.concatenate([[0.0], np.cumsum(steps)]))
+    cal = None
+    if seed % 2:
+        cal = PhiCalibration(prior_strength=2.0, memory=1.0)
+        for _ in range(200):
+            lw = np.sort(np.log(rng.uniform(0.01, 1.0, 6)))[::-1]
+            cal.observe(lw, [i for i in range(6) if rng.random() < rng.uniform(0, 1) * np.exp(lw[i])])
+    looped = copy.copy(cost)
+    looped.row_slope_floor = lambda ctx: 0.0  # no shortcut: the loop over sizes decides every weight
+    seen, shortcut = set(), 0
+    for w in np.log(np.concatenate([rng.uniform(0.0, 1.0, 200), np.geomspace(1e-6, 1.0, 100)])).tolist():
+        got = TreeStop(cost, 1, calibration=cal).plain_only(w)
+        assert got == plain_after_first_node(cost, 1, w, cal) == TreeStop(looped, 1, calibration=cal).plain_only(w)
+        seen.add(got)
+        stop = TreeStop(cost, 1, calibration=cal)
+        shortcut += stop.plain_only(w) and stop._cost is None  # answered without the curve
+    assert seen == {True, False}  # both answers occur: the weights straddle the break-even
+    assert shortcut > 0
+    stop = TreeStop(cost, 1)
+    stop(0.0)
+    with pytest.raises(ValueError):  # decided before the first node only
+        stop.plain_only(0.0)
+
+
+@pytest.mark.parametrize("d, round_ms", [
+    (0.5, [2, 3, 4, 5, 6]),          # θ_1 = 1.5 / 3 = θ_0 = 1 / 2: a tie, the plain step
+    (0.5, [2, 2.5, 4, 5, 6]),        # θ_1 = 0.6 > 0.5: a tree
+    (0.25, [2, 3, 3.5, 3.5, 3.5]),   # θ_1 < θ_0 but (1 + 4 δ) / 3.5 = 0.571 > 0.5: the build goes on
+    (1 / 16, [2, 3, 4, 4.25, 4.5]),  # (1 + 4 / 16) / 4.5 = 0.2777 ... < 0.5 everywhere: plain
+])
+def test_plain_only_at_exact_ties(d, round_ms):
+    cost = cost_of(round_ms)
+    w = float(np.log(d))
+    assert TreeStop(cost, 1).plain_only(w) == plain_after_first_node(cost, 1, w)

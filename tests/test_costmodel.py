@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from caddtree import costmodel as cmod
 from caddtree.costfile import FORMAT, default_cost_path, load_cost_model, plot_cost_model, save_cost_model
-from caddtree.costmodel import check_cost_model, fit_cost_model
+from caddtree.costmodel import CostModel, check_cost_model, fit_cost_model
 from caddtree.errors import CaddtreeError
 from conftest import make_tiny_target
 
@@ -510,3 +510,30 @@ def test_profile_of_an_older_smaller_preset_is_measured_again(tmp_path, monkeypa
     assert m4.provenance["preset"] == "full"  # judged by its own preset, not the coarse one asked for below
     profile.ensure_cost_model(target, drafter, progress=False)
     assert "loaded" in capsys.readouterr().err
+
+
+def test_scalar_costs_blend_as_the_curve_tables_do():
+    """C_d, its first stage and the overhead are blended in Python floats (`_scalar_blend`, every round) with the
+    same float64 operations as `_ctx_blend` on their tables: equal to the last bit, inside the grid and past it."""
+    rng = np.random.default_rng(0)
+    ctxs = [64, 300, 1024, 4096]
+    cost = CostModel(ctxs, rng.uniform(5, 20, (4, 9)), np.zeros(9), rng.uniform(1, 9, 4), rng.uniform(0.1, 3, 4),
+                     cheap_draft=rng.uniform(0.05, 0.5, 4))
+    for ctx in [1, 64, 65.5, 299, 300, 777, 4095, 4096, 5000, 12345.25]:
+        for name, got in (("draft", cost.draft_ms(ctx)), ("overhead", cost.overhead_ms(ctx)),
+                          ("cheap_draft", cost.cheap_draft_ms(ctx))):
+            table = getattr(cost, name)
+            assert got == float(cost._ctx_blend(table, cost._scalar_slope(table), ctx)), (name, ctx)
+
+
+def test_plain_step_cost_and_row_slope_floor_without_the_curve():
+    """`plain_verify_ms` is `verify_curve(ctx)[0]` to the last bit, and `row_slope_floor` never exceeds the least
+    (C_v(n) - C_v(0)) / n of the blended curve (what lets `TreeStop.plain_only` skip its loop), in the grid and past."""
+    rng = np.random.default_rng(1)
+    ctxs = [64, 300, 1024, 4096]
+    verify = np.cumsum(rng.uniform(0, 3, (4, 33)), axis=1) + np.arange(4)[:, None] * rng.uniform(5, 9)  # C_v rises
+    cost = CostModel(ctxs, verify, rng.uniform(0, 0.01, 33), [1.0] * 4, [0.5] * 4, row_group=8, pass_ms=[1, 2, 3, 4])
+    for ctx in [1, 64, 100.5, 300, 2000, 4096, 9000]:
+        curve = cost.verify_curve(ctx)
+        assert cost.plain_verify_ms(ctx) == float(curve[0])
+        assert cost.row_slope_floor(ctx) <= ((curve[1:] - curve[0]) / np.arange(1, 33)).min() + 1e-12 * curve[-1]

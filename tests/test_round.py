@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from caddtree import engine
+from caddtree.accept import SamplingParams
 from caddtree.budget import choose_tree_size
 from caddtree.costmodel import fit_cost_model
 from caddtree.drafter import Drafter, LookupMixtureDrafter, PromptLookupDrafter
@@ -133,17 +134,25 @@ def test_each_round_verifies_the_policys_choice(seed, verified):
 
 
 @pytest.mark.parametrize("seed", range(2))
-def test_gated_two_stage_rounds_verify_the_choice_of_the_stage_that_ran(seed, verified):
+@pytest.mark.parametrize("sampled", [False, True])
+def test_gated_two_stage_rounds_verify_the_choice_of_the_stage_that_ran(seed, sampled, verified, monkeypatch):
+    """Also where stage 1's best node cannot pay and the engine skips the build (`TreeStop.plain_only`): those
+    rounds verify what the full build's choice is (a plain step); greedily and sampled (T = 1, node calibration off,
+    so `choose_tree_size` on the raw weights is the reference)."""
     target = make_tiny_target(seed, eos=None)
     cost = cost_model(cheap=True)
     mix = RecordingMix(RandomDrafter(target.vocab_size, num_positions=4, seed=seed, sharpness=4.0),
                        PromptLookupDrafter(target.vocab_size, num_positions=4))
-    dec = Decoder(target, mix, method="caddtree", cost_model=cost)
+    dec = Decoder(target, mix, method="caddtree", cost_model=cost, calibrate_phi=False)
     assert dec.gate is not None
+    skipped, plain_only = [], engine.TreeStop.plain_only
+    monkeypatch.setattr(engine.TreeStop, "plain_only", lambda self, w: skipped.append(plain_only(self, w)) or
+                        skipped[-1])
+    sampling = SamplingParams(temperature=1.0) if sampled else SamplingParams()
     stages = []
     for p in (prompt(seed, 16), torch.tensor([5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6])):  # a repeating prompt: lookup hits
         verified.clear()
-        out = dec.generate(p, MAX_NEW)
+        out = dec.generate(p, MAX_NEW, sampling, seed=seed)
         drafted = [(r, room) for r, room in zip(out.rounds, rooms(out, MAX_NEW)) if room > 0]
         assert len(drafted) == len(mix.cheap_calls) and len(verified) == len(out.rounds)
         assert sum(r.second_stage for r, _ in drafted) == len(mix.rest_calls)
@@ -158,6 +167,7 @@ def test_gated_two_stage_rounds_verify_the_choice_of_the_stage_that_ran(seed, ve
                 check_round(r, room, cheap, cost, tree, draft_ms=cost.cheap_draft_ms(r.ctx))
             stages.append(r.second_stage)
     assert True in stages and False in stages, stages  # both paths covered
+    assert True in skipped and False in skipped, skipped  # rounds with the build skipped, and with it built
 
 
 # ------------------------------------------------------------------------------------------------- drafter inputs

@@ -384,3 +384,68 @@ def test_tv_003_power_is_at_least_09(config):
     for name, alt in tv_alternatives(law).items():
         power = np.mean([law_test(multinomial_histogram(alt, TV_N, gen), law) is not None for _ in range(1000)])
         assert power >= 0.9, (config, name, power)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The CPU draw kernel (sample.cpp), which the decoders use on CPU: the same law
+# ---------------------------------------------------------------------------------------------------------------
+
+def _kernel():
+    from caddtree import kernels
+    if not kernels.packing_available():
+        pytest.skip("the CPU kernels are not built here")
+    return kernels
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_cpu_draw_kernel_law_equals_the_hand_computed_law(config):
+    """`kernels.processed_law` (what `kernels.sample_processed` draws from) on ROW and on random rows: every
+    probability within 1e-6 of the hand-computed law, so the kept set is the same. Power as in
+    `test_target_probs_equal_the_hand_computed_law`: each listed alternative moves a probability by > 0.02."""
+    kernels = _kernel()
+    params = SamplingParams(*config)
+    rows = [ROW] + (2.0 * torch.randn(12, 10, generator=torch.Generator().manual_seed(7))).tolist()
+    checked = 0
+    for row in rows:
+        try:
+            want = torch.tensor(reference_probs(row, *config), dtype=torch.float64)
+        except AssertionError:  # on a float boundary: the kept set is not well defined
+            continue
+        tokens, probs = kernels.processed_law(torch.tensor(row), params)
+        got = torch.zeros(len(row), dtype=torch.float64).index_put_((tokens,), probs)
+        assert torch.allclose(got, want, atol=1e-6), (row, got, want)
+        checked += 1
+    assert checked >= 10
+
+
+@pytest.mark.parametrize("config", COMBINED)
+def test_cpu_draw_kernel_draws_from_the_hand_computed_law(config):
+    """`kernels.sample_processed`, 20000 draws on each of two rows (ROW and ROW reversed), law test at α = 1e-3 per
+    row: the same N, α and alternatives as `test_target_choices_draw_from_the_hand_computed_law`, so the same power
+    (1.000 against each alternative listed in CONFIGS, `test_unit_level_power`)."""
+    kernels = _kernel()
+    params = SamplingParams(*config)
+    gen = torch.Generator().manual_seed(11)
+    for row in (ROW, ROW[::-1]):
+        logits = torch.tensor(row)
+        got = [kernels.sample_processed(logits, params, gen) for _ in range(UNIT_N)]
+        assert_follows_law(collections.Counter((t,) for t in got), unit_law(row, config), f"{config}")
+
+
+@pytest.mark.parametrize("top_k, top_p", [(0, 0.95), (0, 0.5), (50, 0.9), (0, 1.0), (1000, 1.0)])
+def test_cpu_draw_kernel_law_on_a_full_vocabulary_with_ties(top_k, top_p):
+    """A 49152-token row (SmolLM2's vocabulary) with blocks of tied logits, ties straddling the top-p and top-k
+    boundaries included: the kernel keeps exactly `target_probs`' support (every token tied with the least kept one)
+    with the same probabilities to 1e-7, at T = 0.7 and 1.3."""
+    kernels = _kernel()
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(49152, generator=gen) * 2.5
+    x[torch.randperm(49152, generator=gen)[:3000]] = x.max() - 1.5  # a large tied block near the top
+    x[torch.randperm(49152, generator=gen)[:40]] = x.max() + 0.5      # and a small one at the top
+    for t in (0.7, 1.3):
+        params = SamplingParams(temperature=t, top_k=top_k, top_p=top_p)
+        want = target_probs(x[None], params)[0].double()
+        tokens, probs = kernels.processed_law(x, params)
+        got = torch.zeros(49152, dtype=torch.float64).index_put_((tokens,), probs)
+        assert torch.equal(got > 0, want > 0), (t, int((got > 0).sum()), int((want > 0).sum()))
+        assert torch.allclose(got, want, atol=1e-7)
