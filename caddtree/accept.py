@@ -42,7 +42,7 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     tied maxima uniformly), never NaN. Top-p keeps the smallest set of most probable tokens whose mass reaches
     top_p, plus every token tied with the least probable of them (so the set does not depend on how a sort orders
     ties); the masses are summed in float64 from p = exp(z - logsumexp(z)), as `sample_token` sums them."""
-    z = (logits.float() - logits.float().amax(-1, keepdim=True)) / params.temperature
+    z = tempered(logits, params.temperature)
     if params.top_k > 0:
         kth = torch.topk(z, min(params.top_k, z.shape[-1]), dim=-1).values[..., -1:]
         z = z.masked_fill(z < kth, float("-inf"))
@@ -55,6 +55,19 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         probs = probs.masked_fill(z < least, 0.0)
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs
+
+
+FP32_ZERO = 2.0 ** -150  # a temperature at or below this rounds to 0 in fp32: (x - max) / T would give 0 / 0
+
+
+def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits [..., V] -> (x - max) / T in fp32, row by row; a temperature that rounds to 0 in fp32 as its limit:
+    0 at the row's maxima, -inf elsewhere (the law: the tied maxima uniformly), where the division would give NaN."""
+    z = logits.float()
+    z = z - z.amax(-1, keepdim=True)
+    if temperature <= FP32_ZERO:
+        return torch.where(z == 0, 0.0, float("-inf"))
+    return z / temperature
 
 
 NUCLEUS_FIRST = 64  # candidates `nucleus` looks at first (x4 until the kept set lies inside them)
@@ -90,8 +103,7 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.
     whose cumulative mass exceeds u times the total."""
     if params.greedy:
         return int(vocab.argmax(logits[None])[0])
-    z = logits.float()
-    z = (z - z.max()) / params.temperature  # [V]
+    z = tempered(logits, params.temperature)  # [V]
     V = z.shape[0]
     if 0 < params.top_k < V:
         z = z.masked_fill(z < vocab.top_k(z[None], params.top_k)[0][0, -1], float("-inf"))

@@ -61,7 +61,11 @@ double weigh(const torch::Tensor& logits, double temperature, int64_t top_k, std
   for (int l = 0; l < W; ++l) mx = std::max(mx, mv[l]);
   TORCH_CHECK(std::isfinite(mx), "logits have no finite maximum (NaN or all infinite)");
   const v16 m = v16{} + mx, T = v16{} + float(temperature), lo = v16{} - 87.0f;
-  for (int64_t c = 0; c < Vp; c += W) store(z.data() + c, (load(z.data() + c) - m) / T);
+  if (float(temperature) > 0.0f) {
+    for (int64_t c = 0; c < Vp; c += W) store(z.data() + c, (load(z.data() + c) - m) / T);
+  } else {  // T below fp32's least positive value: the law is its limit, the maxima uniformly (no 0 / 0)
+    for (int64_t i = 0; i < Vp; ++i) z[i] = z[i] == mx ? 0.0f : ninf;
+  }
   if (top_k > 0 && top_k < V) {  // top-k: below the k-th largest z (ties kept) -> -inf
     thread_local std::vector<float> tmp;
     tmp.assign(z.begin(), z.begin() + V);
@@ -157,6 +161,7 @@ int64_t sample_processed(const torch::Tensor& logits, double temperature, int64_
     if (last >= 0) return last;  // u·s past the summed weights by rounding: the last token with a weight
     for (int64_t i = V - 1; i >= 0; --i)
       if (e[i] > 0.0f) return i;
+    return int64_t(std::max_element(z.begin(), z.begin() + V) - z.begin());  // unreachable: the max weighs 1
   }
   const Law law = nucleus(V, top_p, s, z, e);
   double total = 0.0;
@@ -167,7 +172,7 @@ int64_t sample_processed(const torch::Tensor& logits, double temperature, int64_
     cum += law.weights[j];
     if (cum > target) return law.tokens[j];
   }
-  return law.tokens.back();
+  return law.tokens.empty() ? int64_t(std::max_element(z.begin(), z.begin() + V) - z.begin()) : law.tokens.back();
 }
 
 // the kept tokens and their probabilities (normalised over the kept set): what sample_processed draws from

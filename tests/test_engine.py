@@ -355,7 +355,7 @@ def test_temperatures_that_round_to_zero_act_as_greedy_and_inf_nan_are_refused()
     target = make_tiny_target(0)
     p = prompt(2)
     want = reference_greedy(target, p, 12)
-    for t in (1e-45, 1e-30, 1e-12):
+    for t in (1e-60, 1e-45, 1e-30, 1e-12):  # 1e-60: below fp32's least positive value
         for dec in (Decoder(target), Decoder(target, RandomDrafter(64), method="ddtree", budget=4)):
             assert dec.generate(p, 12, SamplingParams(temperature=t), seed=0).tokens == want, t
     for t in (float("inf"), float("nan"), -1.0):

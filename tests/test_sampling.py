@@ -449,3 +449,22 @@ def test_cpu_draw_kernel_law_on_a_full_vocabulary_with_ties(top_k, top_p):
         got = torch.zeros(49152, dtype=torch.float64).index_put_((tokens,), probs)
         assert torch.equal(got > 0, want > 0), (t, int((got > 0).sum()), int((want > 0).sum()))
         assert torch.allclose(got, want, atol=1e-7)
+
+
+@pytest.mark.parametrize("temperature", [1e-60, 1e-46, 1e-45])
+def test_temperatures_below_fp32_give_the_tied_maxima_uniformly(temperature):
+    """A temperature that rounds to 0 in fp32 (1e-60, 1e-46) would make (x - max) / T a 0 / 0: the reference law
+    (`target_probs`), its fast draw (`sample_token`) and the CPU kernel all take its limit instead, the tied maxima
+    uniformly (1e-45, fp32's least positive value, gives the same law by division). Draws: 2000 of each, both maxima
+    seen and nothing else (a draw stuck on one maximum fails with probability 2^-1999)."""
+    from caddtree.accept import sample_token
+    row = torch.tensor([0.5, 2.0, -1.0, 2.0, 1.9999])
+    params = SamplingParams(temperature=temperature)
+    assert target_probs(row[None], params)[0].tolist() == [0.0, 0.5, 0.0, 0.5, 0.0]
+    gen = torch.Generator().manual_seed(0)
+    draws = {sample_token(row, params, gen) for _ in range(2000)}
+    assert draws == {1, 3}
+    kernels = _kernel()
+    tokens, probs = kernels.processed_law(row, params)
+    assert sorted(tokens.tolist()) == [1, 3] and probs.tolist() == [0.5, 0.5]
+    assert {kernels.sample_processed(row, params, gen) for _ in range(2000)} == {1, 3}
