@@ -14,3 +14,5 @@ for T in 1.0 0.7; do
 done
 caddtree bench --threads 2 --num-prompts 12 --max-new-tokens 256 --temperature 0 \
   --methods ar,caddtree --cost-model "$OUT/cost_model.json" --out "$OUT/t0"
+# the cost of one draw, warm and after a cache sweep: reference law, sample_token, the CPU kernel (added after the run)
+python scripts/draw_cost.py --threads 2 > "$OUT/draw_cost.md"
