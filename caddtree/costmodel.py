@@ -82,8 +82,9 @@ class CostModel:
     def max_nodes(self) -> int:
         return self.verify.shape[1] - 1
 
-    def _ctx_blend(self, table: np.ndarray, slope, ctx: float):
-        """Interpolate rows of `table` (indexed by the ctx grid) at ctx, with the module's out-of-grid rule."""
+    def _ctx_blend(self, table, slope, ctx: float):
+        """Interpolate rows of `table` (indexed by the ctx grid; an array, or a list of floats) at ctx, with the
+        module's out-of-grid rule."""
         cs = self.ctxs
         if ctx <= cs[0]:
             return table[0]
@@ -94,16 +95,9 @@ class CostModel:
         return (1.0 - t) * table[j - 1] + t * table[j]
 
     def _scalar_blend(self, name: str, ctx: float) -> float:
-        """`_ctx_blend` of a per-ctx scalar table (draft, overhead, cheap_draft) at ctx, in Python floats."""
+        """`_ctx_blend` of a per-ctx scalar table (draft, overhead, ...) at ctx, on Python floats (`_scalars`)."""
         table, slope = self._scalars[name]
-        cs = self.ctxs
-        if ctx <= cs[0]:
-            return table[0]
-        if ctx >= cs[-1]:
-            return table[-1] + (ctx - cs[-1]) * slope
-        j = bisect.bisect_right(cs, ctx)
-        t = (ctx - cs[j - 1]) / (cs[j] - cs[j - 1])
-        return (1.0 - t) * table[j - 1] + t * table[j]
+        return self._ctx_blend(table, slope, ctx)
 
     def _scalar_slope(self, v: np.ndarray) -> float:
         return max((v[-1] - v[-2]) / (self.ctxs[-1] - self.ctxs[-2]), 0.0) if len(self.ctxs) > 1 else 0.0
