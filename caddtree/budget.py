@@ -125,13 +125,18 @@ class TreeStop:
             self.best, self.n, self.phi_n = theta, m, self.phi
         if m >= self.cap:
             return True
-        # a plain loop, not numpy: the first larger size that may win usually comes within a few steps, and numpy's
-        # per-call cost weighs here, cache-cold right after a verify forward
-        a, cost, best = 1.0 + self.phi, self.cost, self.best
-        for n in range(m + 1, self.cap + 1):
+        return not self._may_win(1.0 + self.phi, d, m, m + 1)
+
+    def _may_win(self, a: float, d: float, m: int, first: int) -> bool:
+        """Whether some size n in first..cap has (a + (n - m) δ) / cost(n) above the best θ so far: the bound on
+        θ_n after m nodes with Φ_m = a - 1 and last weight δ = d (module docstring). A plain loop, not numpy: the
+        first size that may win usually comes within a few steps, and numpy's per-call cost weighs here, cache-cold
+        right after a verify forward."""
+        cost, best = self.cost, self.best
+        for n in range(first, self.cap + 1):
             if (a + (n - m) * d) / cost[n] > best:
-                return False
-        return True
+                return True
+        return False
 
     def choice(self) -> BudgetChoice:
         """The tree size to verify among those built (call after `build_tree` has stopped)."""
@@ -142,8 +147,9 @@ class TreeStop:
         """Whether a tree whose best node weighs `log_weight` (its first node: every other weighs at most as much)
         stops at its first node with the plain step chosen, decided before any node is built.
 
-        It does exactly when no size n >= 1 has (1 + (n - 1) δ + δ) / cost(n) above θ_0 = 1 / cost(0) (δ: the node
-        priced as `__call__` prices it), the test `__call__` makes at that node, in the same float64 operations: True
+        It does exactly when no size n >= 1 has (1 + δ + (n - 1) δ) / cost(n) above θ_0 = 1 / cost(0) (δ: the node
+        priced as `__call__` prices it), the tests `__call__` makes at that node (θ_1, then the bound), in the same
+        float64 operations (`_may_win` from n = 1, where the bound is θ_1 itself): True
         exactly where a build with this stop yields the plain step, so the caller may skip the build (~0.1-0.2 ms of
         Python a round, cache-cold after a verify). Mathematically the test is δ <= (C_v(n) - C_v(0)) / (n cost(0))
         for every n; most rounds of sampled text sit far below the least of those slopes, and a lower bound of it
@@ -158,11 +164,7 @@ class TreeStop:
         floor = self.model.row_slope_floor(self.ctx)
         if floor > 1e-9 * self.plain_ms and d * self.plain_ms <= 0.5 * floor:
             return True
-        a, cost, best = 1.0 + d, self.cost, self.best  # θ_1's numerator; n >= 2 add (n - 1) δ, as `__call__` does
-        for n in range(1, self.cap + 1):  # a plain loop: numpy's per-call cost weighs more here, cache-cold
-            if (a + (n - 1) * d) / cost[n] > best:
-                return False
-        return True
+        return not self._may_win(1.0 + d, d, 1, 1)
 
 
 class PhiCalibration:

@@ -328,9 +328,9 @@ class Decoder:
         if spec_gate is not None:
             spec_gate.reset()
         result = GenerationResult(prompt_len=P, tokens=[], prefill_ms=1000 * (now(device) - t0))
-        # the draw: sample.cpp's one call on CPU (~0.2 ms a token where PyTorch's ops took ~0.7, caches cold after a
-        # verify), else the reference `sample_token`; the same law (tests/test_sampling.py)
-        draw = kernels.sampler(device) or sample_token
+        # the draw (sampling only): sample.cpp's one call on CPU (~0.2 ms a token where PyTorch's ops took ~0.7,
+        # caches cold after a verify), else the reference `sample_token`; the same law (tests/test_sampling.py)
+        draw = None if sampling.greedy else kernels.sampler(device) or sample_token
 
         committed = prompt_ids.tolist()
         probes: list[GateProbe] = []  # rounds whose stage-1-only outcome the gate learns once the output decides it
