@@ -105,7 +105,8 @@ def cmd_profile(args) -> None:
                         if n <= model.max_nodes)
         fit_note = (f", +{model.pass_ms[model.ctxs.index(ctx)]:.1f} ms per extra pass of {model.row_group} rows"
                   if model.row_group > 1 and model.verify_fit == "convex" else f" ({model.verify_fit} fit)")
-        print(f"ℓ={int(ctx)}: C_d={model.draft_ms(ctx):.1f} ms, overhead={model.overhead_ms(ctx):.2f} ms, "
+        print(f"ℓ={int(ctx)}: C_d={model.draft_ms(ctx):.1f} ms, overhead={model.overhead_ms(ctx):.2f} ms "
+              f"+ {model.overhead_node:.3f} per node, "
               f"{pts}{fit_note}")
 
 

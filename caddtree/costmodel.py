@@ -1,5 +1,5 @@
 """Cost model of a machine: C_v(n; ℓ) (verify n tree nodes + root on a KV cache of ℓ), C_d(ℓ) (one drafting round)
-and the per-round overhead (tree build, stop rule, cache compaction), all in milliseconds. Pure logic: fitting and
+and the per-round overhead (tree build, stop rule, acceptance, cache compaction) o(ℓ) + o_n · n, all in milliseconds. Pure logic: fitting and
 evaluation only (the file format is `costfile`, the measurement `profile`).
 
 The fit turns noisy medians into a curve CaDDTree can trust. Per context length, C_v is fitted non-decreasing in n
@@ -48,6 +48,7 @@ class CostModel:
     row_group: int = 1       # rows per pass of the verify kernel (module docstring)
     pass_ms: np.ndarray | None = None  # [len(ctxs)] J, the jump in C_v per extra pass (zeros if row_group == 1)
     verify_fit: str = "convex"  # shape of the C_v fit for n >= 1 (VERIFY_FITS); profiles saved before it: convex
+    overhead_node: float = 0.0  # o_n, the overhead's part per tree node, ms (profiles saved before it: 0)
     measurements: dict = field(default_factory=dict)  # raw data the fit came from (saved for audit/refit)
     provenance: dict = field(default_factory=dict)
 
@@ -61,10 +62,12 @@ class CostModel:
             self.cheap_draft = np.asarray(self.cheap_draft, dtype=np.float64)
         self.row_group = int(self.row_group)
         self.pass_ms = np.zeros(len(self.ctxs)) if self.pass_ms is None else np.asarray(self.pass_ms, np.float64)
+        self.overhead_node = float(self.overhead_node)
         passes = pass_count(self.verify.shape[1] - 1, self.row_group)  # [max_nodes + 1] ⌊n / g⌋ (0 if g = 1)
-        # C_v with its pass jumps on the ctx grid, and its slope past the grid: `verify_curve` (every round, twice
-        # with a draft gate) blends one table; the ops saved weigh there, run cache-cold right after a verify
-        self._curve = self.verify + self.pass_ms[:, None] * passes
+        # C_v with its pass jumps and the overhead's per-node part on the ctx grid, and its slope past the grid:
+        # `verify_curve` (every round, twice with a draft gate) blends one table; the ops saved weigh there, run
+        # cache-cold right after a verify
+        self._curve = self.verify + self.pass_ms[:, None] * passes + self.overhead_node * np.arange(passes.size)
         self._curve_slope = self.verify_slope + self._scalar_slope(self.pass_ms) * passes
         # the per-ctx scalars as Python floats (table, slope past the grid): blended without numpy's per-call cost,
         # several times a round right after a verify forward (`_scalar_blend`: the same float64 operations)
@@ -103,7 +106,8 @@ class CostModel:
         return max((v[-1] - v[-2]) / (self.ctxs[-1] - self.ctxs[-2]), 0.0) if len(self.ctxs) > 1 else 0.0
 
     def verify_curve(self, ctx: float) -> np.ndarray:
-        """[max_nodes + 1] C_v(n; ctx) for n = 0..max_nodes (the per-round hot path: a few numpy ops)."""
+        """[max_nodes + 1] C_v(n; ctx) + o_n · n for n = 0..max_nodes: what a tree of n nodes costs a round beyond
+        C_d and the overhead's fixed part (the per-round hot path: a few numpy ops). `verify_ms` reads it too."""
         return self._ctx_blend(self._curve, self._curve_slope, ctx)
 
     def plain_verify_ms(self, ctx: float) -> float:
@@ -116,7 +120,7 @@ class CostModel:
         return self._scalar_blend("row_slope", ctx) if "row_slope" in self._scalars else float("inf")
 
     def verify_ms(self, n, ctx: float):
-        """C_v(n; ctx) in ms; n an int (-> float) or a 1-D array/tensor of ints (-> np.ndarray)."""
+        """C_v(n; ctx) + o_n · n in ms (`verify_curve`); n an int (-> float) or a 1-D array/tensor of ints (-> np.ndarray)."""
         idx = np.asarray(n.cpu() if hasattr(n, "cpu") else n, dtype=np.int64)
         if idx.size and (idx.min() < 0 or idx.max() > self.max_nodes):
             bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
@@ -137,6 +141,7 @@ class CostModel:
         return self._scalar_blend("cheap_draft", ctx)
 
     def overhead_ms(self, ctx: float) -> float:
+        """The overhead's fixed part o(ℓ), charged to every round (its per-node part is in `verify_curve`)."""
         return self._scalar_blend("overhead", ctx)
 
     def round_ms(self, n, ctx: float):
@@ -202,6 +207,7 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
 
         {"ns": [0, 1, n_2, ..., n_max] (increasing, must start 0, 1), "ctxs": [ℓ_1, ...] (increasing),
          "verify_ms": [[ms per n] per ctx], "draft_ms": [ms per ctx], "overhead_ms": float or [ms per ctx],
+         optional "overhead_node_ms": the overhead's part per tree node (default 0),
          optional "cheap_draft_ms": [ms per ctx] (first stage of a two-stage drafter),
          optional "row_group": rows per pass of the verify kernel (default 1),
          optional "verify_fit": "monotone" (default) or "convex", the shape of C_v for n >= 1}
@@ -214,6 +220,7 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
         V = np.asarray(measurements["verify_ms"], dtype=np.float64)
         D = np.broadcast_to(np.asarray(measurements["draft_ms"], dtype=np.float64), (len(ctxs),))
         O = np.broadcast_to(np.asarray(measurements.get("overhead_ms", 0.0), dtype=np.float64), (len(ctxs),))
+        On = float(measurements.get("overhead_node_ms", 0.0))
         Dc = measurements.get("cheap_draft_ms")
         Dc = None if Dc is None else np.broadcast_to(np.asarray(Dc, dtype=np.float64), (len(ctxs),))
         group = int(measurements.get("row_group", 1))
@@ -228,6 +235,9 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
                                                and (Dc is None or np.all(np.isfinite(Dc)))):
         raise CaddtreeError(f"cost measurements: verify_ms must be finite [ctxs x ns] = [{len(ctxs)} x {len(ns)}], "
                             f"got {list(V.shape)}: re-run `caddtree profile`")
+    if not (np.isfinite(On) and On >= 0):
+        raise CaddtreeError(f"cost measurements: overhead_node_ms must be finite and >= 0, got {On}: re-run "
+                            f"`caddtree profile`")
     if group < 1:
         raise CaddtreeError(f"cost measurements: row_group must be >= 1, got {group}: re-run `caddtree profile`")
     if shape not in VERIFY_FITS:
@@ -255,7 +265,7 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
             slope[0] = min(raw[0], slope[1])
     mono = (lambda v: np.maximum.accumulate(_shape_fit(ctxs, v, convex=False)))
     return CostModel(ctxs, rows, slope, mono(D), mono(O), None if Dc is None else mono(Dc), group,
-                     np.maximum(mono(jumps), 0.0) if group > 1 and convex else np.zeros(len(ctxs)), shape,
+                     np.maximum(mono(jumps), 0.0) if group > 1 and convex else np.zeros(len(ctxs)), shape, On,
                      measurements=dict(measurements),
                      provenance=dict(provenance or {}))
 
@@ -271,6 +281,8 @@ def check_cost_model(model: CostModel) -> str | None:
         return "fit arrays have inconsistent shapes"
     if model.row_group < 1 or model.pass_ms.shape != (len(model.ctxs),):
         return "row_group below 1 or pass_ms of the wrong shape"
+    if not (np.isfinite(model.overhead_node) and model.overhead_node >= 0):
+        return "per-node overhead is negative or not finite"
     extra = (model.pass_ms,) + (() if model.cheap_draft is None else (model.cheap_draft,))
     if not all(np.all(np.isfinite(a)) for a in (V, s, model.draft, model.overhead, *extra)):
         return "fit has non-finite values"

@@ -7,8 +7,12 @@ Per context length ℓ (KV cache prefilled with random tokens):
 - C_d(ℓ): one steady-state `drafter.propose` call that feeds only a few new tokens' features (LM head included),
   each right after a target step as in decoding; for a two-stage drafter also the first stage alone (`propose_cheap`
   + `skip_rest`), which the engine's draft gate prices;
-- overhead(ℓ): tree build at the full budget + `choose_tree_size` + acceptance walk + cache compaction. It is
-  charged to every round, though an n = 0 round compacts nothing: slightly pessimistic for plain steps.
+- overhead(ℓ) + o_n · n: a round's bookkeeping with a tree of n nodes (tree build + `choose_tree_size` + the target's
+  choices on its n + 1 rows + acceptance walk + cache compaction), timed at a small tree (OVERHEAD_SMALL nodes,
+  what CaDDTree builds) and at the full budget: the line through the two points gives o_n per node (a median over
+  ℓ) and the rest, charged to every round (an n = 0 round compacts nothing: slightly pessimistic for plain steps).
+  Why two sizes: priced at a full-budget build alone, every round looked ~2.4 ms dearer than it was (SmolLM2 on 2
+  cores: 2.9 ms against 0.5-0.9 measured in decoding), which made a node's verify cost look relatively cheaper.
 
 Every figure is the median over repeats after warm-up (minima kept too, for audit). All ctx caches are prefilled first
 and the whole (ℓ, n) grid is swept once per repeat, so load drifts of a shared machine hit every cell alike. While the
@@ -56,6 +60,7 @@ NEW_TOKENS = 4  # tokens fed to the drafter per steady-state round (a typical ac
 # shipped drafter anywhere from 5.8 to 9.8 ms at ℓ = 128 in profiles of the same machine (medians of 15: 6.0 and
 # 8.1 ms in two profiles an hour apart; the rest is the machine's state, as for C_v)
 DRAFT_REPEATS = 15
+OVERHEAD_SMALL = 8  # the small tree of the overhead's two sizes (CaDDTree's trees are mostly 1-8 nodes on CPUs)
 
 
 def draft_calls(repeats: int) -> int:
@@ -129,6 +134,29 @@ def inversion(verify_ms) -> float:
     return float(max(0.0, np.max(v[:, :-1] / later_min[:, 1:] - 1.0))) if v.shape[1] > 1 else 0.0
 
 
+def accept_and_compact(cache, ctx: int, tree: Tree, logits) -> float:
+    """Seconds of a round's acceptance (the target's greedy choices on every row, the walk) and cache compaction
+    after verifying `tree` on a cache of ctx tokens."""
+    device = logits.device
+    t0 = now(device)
+    path, _ = accept_walk(tree.tokens, tree.parents, target_choices(logits, SamplingParams()))
+    if len(tree):
+        commit_path(cache, ctx, path, device)
+    return now(device) - t0
+
+
+def overhead_line(sizes: list[int], by_size: list[list[float]]) -> dict:
+    """The overhead's measurements from its medians by_size [ctx][size] (ms) at tree sizes `sizes` (one or two):
+    the per-node part o_n (the line through the two sizes, median over ℓ, >= 0) and the rest per ℓ (>= 0)."""
+    o = np.asarray(by_size, dtype=np.float64)
+    node = 0.0
+    if len(sizes) == 2 and sizes[1] > sizes[0]:
+        node = max(float(np.median((o[:, 1] - o[:, 0]) / (sizes[1] - sizes[0]))), 0.0)
+    rest = np.maximum(o[:, 0] - node * sizes[0], 0.0)
+    return {"overhead_ms": rest.round(4).tolist(), "overhead_node_ms": round(node, 5),
+            "overhead_sizes": list(sizes), "overhead_by_size_ms": o.tolist()}
+
+
 @torch.inference_mode()
 def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress: bool = True, seed: int = 0,
                    depth: int = 8) -> dict:
@@ -153,10 +181,10 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
     lp = torch.log_softmax(torch.randn(depth if n_max else 1, V, generator=g) * 3.0, dim=-1)
     full = build_tree(lp, n_max) if n_max else Tree.empty()
     trees = {n: full.prefix(n) for n in ns}
-    mid = trees[ns[len(ns) // 2]]  # the tree whose acceptance + compaction is timed
+    booked = sorted({max(n for n in ns if n <= OVERHEAD_SMALL), n_max})  # the overhead's tree sizes (docstring)
     max_sweeps = warmup + 3 * repeats  # more sweeps only while the medians look disturbed (module docstring)
     times = np.zeros((max_sweeps, len(ctxs), len(ns)))
-    over = np.zeros((max_sweeps, len(ctxs)))
+    over = np.zeros((max_sweeps, len(ctxs), len(booked)))
     bar = tqdm(total=len(ctxs) * (warmup + repeats) * (len(ns) + 1), desc="profiling verify cost",
                disable=not progress, unit="run", file=sys.stderr)
     try:
@@ -176,22 +204,17 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
             for ci, (ctx, (cache, root)) in enumerate(zip(ctxs, caches)):
                 for ni, n in enumerate(ns):
                     t0 = now(device)
-                    verify_tree(target, cache, root, trees[n])
+                    logits, _ = verify_tree(target, cache, root, trees[n])
                     times[r, ci, ni] = now(device) - t0
+                    if n in booked:  # the overhead's acceptance + compaction, on this verify's logits
+                        over[r, ci, booked.index(n)] = accept_and_compact(cache, ctx, trees[n], logits)
                     crop_cache(cache, ctx)
                     bar.update()
-                # overhead: tree build at the full budget + stop rule, then acceptance + compaction
-                t0 = now(device)
-                tree = build_tree(lp, n_max) if n_max else Tree.empty()
-                choose_tree_size(tree.log_weights, flat, ctx)
-                t_build = now(device) - t0
-                logits, _ = verify_tree(target, cache, root, mid)
-                t0 = now(device)
-                path, _ = accept_walk(mid.tokens, mid.parents, target_choices(logits, SamplingParams()))
-                if len(mid):
-                    commit_path(cache, ctx, path, device)
-                over[r, ci] = t_build + now(device) - t0
-                crop_cache(cache, ctx)
+                for k, n in enumerate(booked):  # ... and its tree build + stop rule
+                    t0 = now(device)
+                    tree = build_tree(lp, n) if n else Tree.empty()
+                    choose_tree_size(tree.log_weights, flat, ctx)
+                    over[r, ci, k] += now(device) - t0
                 bar.update()
     finally:
         target.hidden_layers = saved_layers
@@ -206,7 +229,7 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
               file=sys.stderr)
     elif load > BUSY:
         _warn_busy(f"{sweeps - warmup} verify sweeps", load)
-    return {"ns": ns, "ctxs": ctxs, "verify_ms": verify_ms, "overhead_ms": ms(over, np.median),
+    return {"ns": ns, "ctxs": ctxs, "verify_ms": verify_ms, **overhead_line(booked, ms(over, np.median)),
             "verify_min_ms": ms(times, np.min), "repeats": repeats, "warmup": warmup, "row_group": group,
             "sweeps": sweeps - warmup, "inversion": round(inv, 4), "busy": round(load, 4)}
 
@@ -296,14 +319,15 @@ def verify_profile_path(target) -> Path:
 
 
 def _load_verify(target) -> dict | None:
-    """The shared verify profile {"provenance", "measurements"} of this target and device, or None (absent, or
-    unreadable: then it is measured again)."""
+    """The shared verify profile {"provenance", "measurements"} of this target and device, or None (absent,
+    unreadable, or made before the overhead's per-node part was measured: then it is measured again)."""
     path = verify_profile_path(target)
     try:
         doc = json.loads(path.read_text())
         prov = doc["provenance"]
         if (doc.get("format") == VERIFY_FORMAT and prov["target_fingerprint"] == target.fingerprint
                 and prov["verify_id"] and doc["measurements"].get("row_group", 1) == verify_row_group(target)
+                and "overhead_node_ms" in doc["measurements"]  # else priced at a full-budget build: measured again
                 and covers_preset(doc["measurements"], prov.get("preset"))):
             fit_cost_model({**doc["measurements"], "draft_ms": 0.0})  # shape checks of the measurements
             return doc
@@ -382,13 +406,14 @@ def ensure_cost_model(target, drafter, path=None, preset: str = "coarse", progre
                 model.measurements.get("row_group", 1) != verify_row_group(target)  # measured for another kernel
                 or model.verify_fit != VERIFY_FITS[0]  # fitted to another shape (before the monotone default)
                 or not covers_preset(model.measurements, model.provenance.get("preset"))  # an older, smaller preset
+                or "overhead_node_ms" not in model.measurements  # priced at a full-budget build (`_load_verify`)
                 or (shared is not None and model.provenance.get("verify_id") != shared["provenance"]["verify_id"]))
             if not stale:
                 print(f"cost model: loaded {path} (profiled {model.provenance.get('date', '?')}, "
                       f"max {model.max_nodes} nodes)", file=sys.stderr)
                 return model
-            print(f"cost model: {path} predates the shared verify profile, its preset's grid or the "
-                  f"{VERIFY_FITS[0]} fit; rebuilding on it", file=sys.stderr)
+            print(f"cost model: {path} predates the shared verify profile, its preset's grid, the "
+                  f"{VERIFY_FITS[0]} fit or the per-node overhead; rebuilding on it", file=sys.stderr)
             stale_model = model
         except CaddtreeError as e:
             if explicit:

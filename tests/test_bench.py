@@ -105,6 +105,19 @@ def test_parse_methods():
             bench_methods.parse_methods(bad)
 
 
+def test_fullbuild_variant_prices_every_round_at_the_full_budget_bookkeeping():
+    """caddtree@fullbuild: the overhead as priced before its per-node part (the full-budget tree's bookkeeping on
+    every round), from the same profile; a profile without the two sizes is refused with one line."""
+    meas = {**MEAS, "overhead_ms": [0.1, 0.15], "overhead_node_ms": 0.02, "overhead_sizes": [8, 16],
+            "overhead_by_size_ms": [[0.26, 0.42], [0.31, 0.47]]}
+    assert "caddtree@fullbuild" in bench_methods.parse_methods("caddtree@fullbuild")
+    change = bench_methods.full_build_overhead(meas)
+    m = fit_cost_model({**meas, **change})
+    assert m.overhead_node == 0.0 and np.allclose(m.overhead, [0.42, 0.47])
+    with pytest.raises(CaddtreeError, match="two tree sizes"):
+        bench_methods.full_build_overhead(MEAS)
+
+
 def test_perturbed_cost_model_is_valid_and_scaled():
     m = fit_cost_model(MEAS)
     for (cd, cv) in bench_methods.PERTURB.values():

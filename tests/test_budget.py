@@ -276,11 +276,12 @@ def log_weights(deltas) -> torch.Tensor:
 
 
 def cost_of(round_ms, draft_ms: float = 0.0, overhead_ms: float = 0.0, group: int = 1,
-            pass_ms: float = 0.0) -> CostModel:
-    """A one-ctx cost model whose C_v(n) (before pass jumps) is round_ms[n] - draft_ms - overhead_ms."""
+            pass_ms: float = 0.0, node_ms: float = 0.0) -> CostModel:
+    """A one-ctx cost model whose C_v(n) (before pass jumps and the overhead's per-node part node_ms · n) is
+    round_ms[n] - draft_ms - overhead_ms."""
     cv = np.asarray(round_ms, dtype=np.float64) - draft_ms - overhead_ms
     return CostModel([1], cv[None], np.zeros(len(cv)), [draft_ms], [overhead_ms], row_group=group,
-                     pass_ms=[pass_ms], verify_fit="monotone")
+                     pass_ms=[pass_ms], verify_fit="monotone", overhead_node=node_ms)
 
 
 def stop_build(lw, cost: CostModel, ctx: int = 1, draft_ms=None):
@@ -351,8 +352,8 @@ def test_tree_stop_and_choose_tree_size_agree_on_constructed_ties(deltas, round_
 
 
 def test_tree_stop_and_choose_tree_size_agree_on_random_ties():
-    """Dyadic δs, costs in halves with flat segments (as the monotone fit makes them), pass jumps and a draft cost
-    override: many exact ties at the top, and both rules pick the same, smallest optimum."""
+    """Dyadic δs, costs in halves with flat segments (as the monotone fit makes them), pass jumps, a per-node
+    overhead and a draft cost override: many exact ties at the top, and both rules pick the same, smallest optimum."""
     rng = np.random.default_rng(33)
     ties = 0
     for _ in range(1000):
@@ -363,7 +364,8 @@ def test_tree_stop_and_choose_tree_size_agree_on_random_ties():
         round_ms = c0 + np.r_[0.0, rng.choice([0.0, 0.5, 1.0, 3.0]) + np.cumsum(steps)]
         draft, over = float(rng.integers(0, 3)) / 2, float(rng.integers(0, 2)) / 2
         group, jump = (1, 0.0) if rng.random() < 0.6 else (int(rng.integers(2, 5)), float(rng.integers(1, 4)) / 2)
-        cost = cost_of(round_ms + draft + over, draft, over, group, jump)
+        node = float(rng.choice([0.0, 0.0, 0.25, 0.5]))
+        cost = cost_of(round_ms + draft + over, draft, over, group, jump, node)
         draft_ms = None if rng.random() < 0.7 else float(rng.integers(0, 4)) / 2
         _, tied = check_tie_case(deltas, cost, draft_ms)
         ties += tied

@@ -526,13 +526,79 @@ def test_scalar_costs_blend_as_the_curve_tables_do():
             assert got == float(cost._ctx_blend(table, cost._scalar_slope(table), ctx)), (name, ctx)
 
 
+def test_overhead_per_node_prices_each_tree_node(tmp_path):
+    """The overhead's per-node part o_n (`overhead_node_ms`) adds o_n · n to what a tree of n nodes costs (nothing
+    to the plain step), round-trips through the file, defaults to 0 for files saved before it, and is refused when
+    negative or not finite."""
+    base = fit_cost_model(REF, PROV)
+    m = fit_cost_model({**REF, "overhead_node_ms": 0.25}, PROV)
+    assert base.overhead_node == 0.0 and m.overhead_node == 0.25 and np.array_equal(m.overhead, base.overhead)
+    for ctx in (100, 512, 1000, 5000):
+        grid = np.arange(m.max_nodes + 1)
+        assert np.allclose(m.verify_curve(ctx), base.verify_curve(ctx) + 0.25 * grid, rtol=0, atol=1e-9)
+        assert m.plain_verify_ms(ctx) == base.plain_verify_ms(ctx)
+        assert m.round_ms(5, ctx) == pytest.approx(base.round_ms(5, ctx) + 1.25)
+        assert m.row_slope_floor(ctx) == pytest.approx(base.row_slope_floor(ctx) + 0.25)
+    path = save_cost_model(m, tmp_path / "m.json")
+    assert load_cost_model(path).overhead_node == 0.25
+    _edit(path, lambda d: d["fit"].pop("overhead_node_ms"))  # saved before the per-node part
+    assert load_cost_model(path).overhead_node == 0.0
+    for bad in (-0.1, float("nan")):
+        with pytest.raises(CaddtreeError, match="overhead_node_ms"):
+            fit_cost_model({**REF, "overhead_node_ms": bad}, PROV)
+    m.overhead_node = -1.0
+    assert "per-node overhead" in check_cost_model(m)
+
+
+def test_overhead_line_through_two_tree_sizes():
+    """The profile's overhead at a small and a full-budget tree -> the per-node part (median over ℓ of the slopes,
+    never negative) and the rest per ℓ (never negative); one size: no per-node part."""
+    from caddtree.profile import overhead_line
+    got = overhead_line([8, 64], [[1.0, 1.56], [1.2, 1.76], [1.1, 3.0]])
+    assert got["overhead_node_ms"] == pytest.approx(0.01)  # slopes 0.01, 0.01, 0.0339: the median
+    assert got["overhead_ms"] == pytest.approx([0.92, 1.12, 1.02])
+    assert got["overhead_sizes"] == [8, 64] and got["overhead_by_size_ms"][2] == [1.1, 3.0]
+    flat = overhead_line([8, 64], [[1.0, 0.9]])  # the big tree measured cheaper (noise): no negative slope
+    assert flat["overhead_node_ms"] == 0.0 and flat["overhead_ms"] == [1.0]
+    assert overhead_line([4], [[0.7]]) == {"overhead_ms": [0.7], "overhead_node_ms": 0.0, "overhead_sizes": [4],
+                                           "overhead_by_size_ms": [[0.7]]}
+    tiny = overhead_line([8, 64], [[0.01, 1.2]])  # a rest below zero on the line is clamped
+    assert tiny["overhead_ms"] == [0.0] and tiny["overhead_node_ms"] == pytest.approx(1.19 / 56)
+
+
+def test_profile_times_the_overhead_at_two_tree_sizes(tmp_path, monkeypatch, capsys):
+    """The verify profile times a round's bookkeeping at the largest grid size <= OVERHEAD_SMALL and at the full
+    budget; a verify profile saved before that (no per-node part) is measured again, the drafter's C_d kept."""
+    from caddtree import profile
+    from caddtree.drafter import PromptLookupDrafter
+
+    monkeypatch.setenv("CADDTREE_CACHE", str(tmp_path))
+    monkeypatch.setattr(profile, "OVERHEAD_SMALL", 4)
+    monkeypatch.setitem(profile.PRESETS, "coarse", dict(ns=[1, 2, 4, 12], ctxs=[16, 40], repeats=1, warmup=0))
+    target, drafter = make_tiny_target(vocab=101, max_pos=256), PromptLookupDrafter(101, num_positions=4)
+    m = profile.ensure_cost_model(target, drafter, progress=False)
+    meas = m.measurements
+    assert meas["overhead_sizes"] == [4, 12] and np.asarray(meas["overhead_by_size_ms"]).shape == (2, 2)
+    assert np.all(np.asarray(meas["overhead_by_size_ms"]) > 0) and meas["overhead_node_ms"] >= 0
+    assert m.overhead_node == meas["overhead_node_ms"] and len(meas["overhead_ms"]) == 2
+    vpath = profile.verify_profile_path(target)
+    _edit(vpath, lambda d: d["measurements"].pop("overhead_node_ms"))
+    path = default_cost_path(target.fingerprint, profile.drafter_id(drafter), profile.device_label(target))
+    _edit(path, lambda d: d["measurements"].pop("overhead_node_ms"))
+    capsys.readouterr()
+    m2 = profile.ensure_cost_model(target, drafter, progress=False)
+    err = capsys.readouterr().err
+    assert "verify cost measured" in err and "kept" in err and "overhead_node_ms" in m2.measurements
+
+
 def test_plain_step_cost_and_row_slope_floor_without_the_curve():
     """`plain_verify_ms` is `verify_curve(ctx)[0]` to the last bit, and `row_slope_floor` never exceeds the least
     (C_v(n) - C_v(0)) / n of the blended curve (what lets `TreeStop.plain_only` skip its loop), in the grid and past."""
     rng = np.random.default_rng(1)
     ctxs = [64, 300, 1024, 4096]
     verify = np.cumsum(rng.uniform(0, 3, (4, 33)), axis=1) + np.arange(4)[:, None] * rng.uniform(5, 9)  # C_v rises
-    cost = CostModel(ctxs, verify, rng.uniform(0, 0.01, 33), [1.0] * 4, [0.5] * 4, row_group=8, pass_ms=[1, 2, 3, 4])
+    cost = CostModel(ctxs, verify, rng.uniform(0, 0.01, 33), [1.0] * 4, [0.5] * 4, row_group=8, pass_ms=[1, 2, 3, 4],
+                     overhead_node=0.03)
     for ctx in [1, 64, 100.5, 300, 2000, 4096, 9000]:
         curve = cost.verify_curve(ctx)
         assert cost.plain_verify_ms(ctx) == float(curve[0])

@@ -22,8 +22,18 @@ VARIANTS = {"nogate": {"gate": False}, "predgate": {"gate": "predicted"},  # met
             "carry": {"carry_gate": SAMPLING_ONLY}, "nocarry": {"carry_gate": False}}
 
 
+def full_build_overhead(measurements: dict) -> dict:
+    """Every round priced at the profile's bookkeeping of a full-budget tree, with no per-node part: the overhead as
+    priced before it had one (`caddtree@fullbuild`, to compare the two in one run)."""
+    if "overhead_by_size_ms" not in measurements:
+        raise CaddtreeError("caddtree@fullbuild needs a profile that timed the overhead at two tree sizes: re-run "
+                            "`caddtree profile`")
+    return {"overhead_ms": [row[-1] for row in measurements["overhead_by_size_ms"]], "overhead_node_ms": 0.0}
+
+
 REFITS = {"convex": {"row_group": 1, "verify_fit": "convex"}, "passes": {"verify_fit": "convex"},  # method suffix ->
-          "mono": {"verify_fit": "monotone"}}  # the cost model refitted from its measurements with these
+          "mono": {"verify_fit": "monotone"},  # the cost model refitted from its measurements with these (a dict, or
+          "fullbuild": full_build_overhead}   # a function of the measurements giving one)
 
 
 PEERS = ("hf", "hf-lookup", "llamacpp")
@@ -94,7 +104,7 @@ def perturb_cost_model(model, draft_scale: float = 1.0, slope_scale: float = 1.0
     s[1:] = s[1:2] + slope_scale * (s[1:] - s[1:2])
     cheap = None if model.cheap_draft is None else model.cheap_draft * draft_scale
     out = CostModel(model.ctxs, v, s, model.draft * draft_scale, model.overhead.copy(), cheap, model.row_group,
-                    model.pass_ms * slope_scale, model.verify_fit, measurements=model.measurements,
+                    model.pass_ms * slope_scale, model.verify_fit, model.overhead_node, measurements=model.measurements,
                     provenance={**model.provenance, "perturbed": {"draft_scale": draft_scale,
                                                                   "verify_slope_scale": slope_scale}})
     problem = check_cost_model(out)
@@ -120,7 +130,8 @@ def bench_decoder(method: str, target, drafter_for, cost_model_for):
     if pert in PERTURB:
         cm = perturb_cost_model(cm, *PERTURB[pert])
     if pert in REFITS:
-        cm = fit_cost_model({**cm.measurements, **REFITS[pert]}, cm.provenance)
+        change = REFITS[pert](cm.measurements) if callable(REFITS[pert]) else REFITS[pert]
+        cm = fit_cost_model({**cm.measurements, **change}, cm.provenance)
     return Decoder(target, drafter, "caddtree", cost_model=cm, **VARIANTS.get(pert, {})), desc
 
 
