@@ -1,7 +1,8 @@
 """CaDDTree's per-round tree size: maximise expected tokens per ms θ_n = (1 + Φ_n) / (C_d + overhead + C_v(n; ℓ)).
 
 Φ_n = Σ_{i<n} δ_i is the expected number of accepted draft tokens of the best-first n-node tree (δ_i = exp of node i's
-log prefix weight); the 1 is the bonus token every round yields. Going from n to n+1 nodes raises θ iff
+log prefix weight); the 1 is the bonus token every round yields; C_v(n; ℓ) here is `CostModel.verify_curve`, the
+verify with the overhead's per-node part, and "overhead" its fixed part. Going from n to n+1 nodes raises θ iff
 δ_{n+1} > θ_n · (C_v(n+1) − C_v(n)). With δ non-increasing (best-first order) and C_v convex non-decreasing in n
 (the paper's fit, `verify_fit="convex"`, for n >= 1), once a step fails θ never rises again (θ_{n+1} is a mediant of
 θ_n and δ/ΔC, and later ratios δ/ΔC only shrink), so the first failure from n = 1 on is the optimum over n >= 1. The
@@ -313,8 +314,8 @@ class SpeculationGate:
     (C_d + C_v(n) + o_spec): Φ of the tree the policy chose (calibrated, `PhiCalibration`, where calibration is
     on), C_d and C_v priced by the cost model, o_spec and o_plain the running means of the measured rest of a
     drafted round (tree build, acceptance, compaction) and of a plain one (the draw, the cache append): the
-    profile's one per-round overhead prices a 256-node build, and what differs between the two kinds of round is
-    what this gate weighs. A round that drafted and then chose n = 0 counts its draft as a loss. Where the round
+    profile's overhead is one for every round (less its per-node part), and what differs between the two kinds of
+    round is what this gate weighs. A round that drafted and then chose n = 0 counts its draft as a loss. Where the round
     had two drafts (the costly stage ran), θ_spec is the better of the two: whether the costly stage pays is
     `DraftGate`'s question, whether drafting pays at all this one's.
 
