@@ -402,10 +402,10 @@ def kernel_linear(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor, int, i
     return weights, bias, kind, arg
 
 
-def lean_layers(tensors: list[torch.Tensor], ints: list[int], floats: list[float], h: int, g: int, d: int,
-                scale: float):
+def lean_layers(tensors: list[torch.Tensor], ints: list[int], floats: list[float], sliding: list[int], h: int,
+                g: int, d: int, scale: float):
     """lean_layers.cpp's LeanLayers over these per-layer weights (its constructor documents the lists)."""
-    return _library().LeanLayers(tensors, ints, floats, h, g, d, scale)
+    return _library().LeanLayers(tensors, ints, floats, sliding, h, g, d, scale)
 
 
 def row_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor | None,

@@ -1,4 +1,4 @@
-"""A lean forward for Llama-shaped Hugging Face causal LMs (llama, mistral, qwen2, qwen3): the HF model's logits
+"""A lean forward for Llama-shaped Hugging Face causal LMs (llama, mistral, qwen2, qwen3, phi3): the HF model's logits
 with a handful of PyTorch ops per layer instead of HF's module tree, or, for the 1-96 rows of a plain step or a tree
 verify on the CPU kernels, with the whole layer loop in one C++ call (`lean_layers.cpp`).
 
@@ -28,6 +28,15 @@ others (nodes after the first branch) in one grouped call with the mask: those m
 rounding (~1e-6), so a near-tie there could flip a token. Prefill (more rows than the kernels take, no mask) uses
 the Python loop and one causal SDPA call: nothing compares its rows with plain steps. The two loops round norms and
 silu differently in the last place, so which one runs is decided by the row count alone, never per call site.
+
+Sliding windows (Mistral, Phi3 on every layer; Qwen2/3 on the layers `layer_types` names): a sliding layer's row at
+position p sees the allowed columns whose positions are > p - W (HF's rule), so each forward carries two masks, the
+full layers' and the sliding layers' (`_window_mask`); the row kernel attends each row over its own layer kind's
+columns, and a plain step past the window is a one-row masked call over the same columns a tree node on that path
+gets. Phi3's q/k/v and gate/up are stored fused in the order read here; its longrope picks short or long frequencies
+by the longest position of the call, so cos/sin are asked row by row (a verify's rows get their plain steps' values).
+Refused (the HF forward runs, exactness "not guaranteed"): partial rotary, dynamic RoPE (its frequencies depend on
+earlier calls), other layer types, other families (Gemma's norms, soft-capping and scaled embeddings are not here).
 """
 from __future__ import annotations
 
@@ -38,38 +47,56 @@ from caddtree.kernels import (KERNEL_DTYPES, MAX_ROWS, fuse_linears, kernel_line
                               row_attention)
 from caddtree.kvcache import GrowingLayer
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+
+
+def sliding_layers(cfg) -> tuple[int | None, list[bool]]:
+    """(window W or None, per decoder layer: whether it slides). Models with `layer_types` (Qwen2/3) name each
+    layer's kind; Mistral and Phi3 apply `sliding_window` to every layer. A sliding layer's query at position p sees
+    keys at positions > p - W (HF's rule, masking_utils.sliding_window_overlay)."""
+    count, w = cfg.num_hidden_layers, getattr(cfg, "sliding_window", None)
+    types = getattr(cfg, "layer_types", None)
+    flags = [t == "sliding_attention" for t in types] if types is not None else [w is not None] * count
+    return (w, flags) if w is not None and any(flags) else (None, [False] * count)
 
 
 def lean_unsupported(model) -> str | None:
-    """None if `LeanForward` can run this HF model, else a short reason (e.g. 'sliding window', 'model_type gpt2')."""
+    """None if `LeanForward` can run this HF model, else a short reason (e.g. 'partial rotary', 'model_type gpt2')."""
     cfg = getattr(model, "config", None)
     kind = getattr(cfg, "model_type", None)
     if kind not in FAMILIES:
         return f"model_type {kind}"
     if getattr(cfg, "hidden_act", None) != "silu":
         return f"hidden_act {getattr(cfg, 'hidden_act', None)}"
-    window = getattr(cfg, "sliding_window", None) is not None
-    if window and (kind == "mistral" or getattr(cfg, "use_sliding_window", True) is not False):
-        return "sliding window"
-    if any(t != "full_attention" for t in getattr(cfg, "layer_types", None) or ()):
-        return "sliding window"
+    if any(t not in ("full_attention", "sliding_attention") for t in getattr(cfg, "layer_types", None) or ()):
+        return "layer types other than full and sliding attention"
+    if float((getattr(cfg, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)) != 1.0:
+        return "partial rotary"
     inner = getattr(model, "model", None)
     parts = ("embed_tokens", "layers", "norm", "rotary_emb")
     if inner is None or not all(hasattr(inner, p) for p in parts) or model.get_output_embeddings() is None:
         return "not a Llama-shaped model"
+    if "dynamic" in str(getattr(inner.rotary_emb, "rope_type", "")):
+        return "rope_type dynamic (its frequencies depend on earlier calls)"
     h, g = cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
     for layer in inner.layers[:cfg.num_hidden_layers]:
         a, m = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-        names = [(a, "q_proj"), (a, "k_proj"), (a, "v_proj"), (a, "o_proj"), (m, "gate_proj"), (m, "up_proj"),
-                 (m, "down_proj"), (layer, "input_layernorm"), (layer, "post_attention_layernorm")]
-        if any(not hasattr(o, name) for o, name in names):
+        if kind == "phi3":  # q/k/v and gate/up already fused, in the order the lean forward reads them
+            names = [(a, "qkv_proj"), (a, "o_proj"), (m, "gate_up_proj"), (m, "down_proj")]
+        else:
+            names = [(a, "q_proj"), (a, "k_proj"), (a, "v_proj"), (a, "o_proj"), (m, "gate_proj"), (m, "up_proj"),
+                     (m, "down_proj")]
+        if any(not hasattr(o, name) for o, name in names + [(layer, "input_layernorm"),
+                                                            (layer, "post_attention_layernorm")]):
             return "not a Llama-shaped layer"
-        if getattr(a, "sliding_window", None) is not None:
-            return "sliding window"
         d = getattr(a, "head_dim", None)
-        if not d or h % g or (a.q_proj.out_features, a.k_proj.out_features, a.v_proj.out_features,
-                              getattr(a.o_proj, "in_features", h * d)) != (h * d, g * d, g * d, h * d):
+        if not d or h % g:
+            return "head_dim does not match the projections"
+        if kind == "phi3":
+            ok = a.qkv_proj.out_features == (h + 2 * g) * d and m.gate_up_proj.out_features % 2 == 0
+        else:
+            ok = (a.q_proj.out_features, a.k_proj.out_features, a.v_proj.out_features) == (h * d, g * d, g * d)
+        if not ok or getattr(a.o_proj, "in_features", h * d) != h * d:
             return "head_dim does not match the projections"
         if hasattr(a, "q_norm") != (kind == "qwen3") or hasattr(a, "k_norm") != (kind == "qwen3"):
             return f"unexpected q/k norm for {kind}"
@@ -96,10 +123,14 @@ class LeanForward:
         cfg, inner = model.config, model.model
         a0 = inner.layers[0].self_attn
         self.h, self.d = cfg.num_attention_heads, a0.head_dim
-        self.g = a0.k_proj.out_features // self.d
+        self.g = getattr(cfg, "num_key_value_heads", None) or self.h
         self.r, self.scale, self.exact = self.h // self.g, a0.scaling, exact
+        self.window, self.sliding = sliding_layers(cfg)  # W or None, [layers] bool
         self.row_kernel = packing_available() and self.d % 16 == 0  # CPU fp32: kernels.row_attention
         self.embed, self.rotary, self.lm_head = inner.embed_tokens, inner.rotary_emb, model.get_output_embeddings()
+        # longrope picks its frequencies by the longest position of the call: asked row by row, each row gets a
+        # plain step's cos/sin
+        self.rope_per_row = getattr(self.rotary, "rope_type", None) == "longrope"
         self.norm_w, self.norm_eps = inner.norm.weight, inner.norm.variance_epsilon
         self.tie_last = getattr(cfg, "tie_last_hidden_states", None) is not False
         w = self.norm_w
@@ -113,9 +144,13 @@ class LeanForward:
                 qk_norm = (torch.cat([a.q_norm.weight.detach().expand(self.h, self.d),
                                       a.k_norm.weight.detach().expand(self.g, self.d)]),  # [h + g, d]
                            a.q_norm.variance_epsilon)
-            self.layers.append((ln1.weight, ln1.variance_epsilon, fuse_linears([a.q_proj, a.k_proj, a.v_proj]),
-                                qk_norm, a.o_proj, ln2.weight, ln2.variance_epsilon,
-                                fuse_linears([m.gate_proj, m.up_proj]), m.down_proj, m.gate_proj.out_features))
+            if hasattr(a, "qkv_proj"):  # phi3: fused as stored ([q | k | v], [gate | up])
+                qkv, gate_up, inter = a.qkv_proj, m.gate_up_proj, m.gate_up_proj.out_features // 2
+            else:
+                qkv, gate_up = fuse_linears([a.q_proj, a.k_proj, a.v_proj]), fuse_linears([m.gate_proj, m.up_proj])
+                inter = m.gate_proj.out_features
+            self.layers.append((ln1.weight, ln1.variance_epsilon, qkv, qk_norm, a.o_proj, ln2.weight,
+                                ln2.variance_epsilon, gate_up, m.down_proj, inter))
         self.native = self._native_layers() if native and self.row_kernel else None
 
     @property
@@ -137,7 +172,8 @@ class LeanForward:
             tensors += [w1.detach().contiguous(), qw, qb, qn, ow, ob, w2.detach().contiguous(), gw, gb, dw, db]
             ints += [qk, qa, ok, oa, gk, ga, dk, da, inter]
             floats += [e1, e2, qk_norm[1] if qk_norm is not None else 0.0]
-        return lean_layers(tensors, ints, floats, self.h, self.g, self.d, self.scale)
+        sliding = [int(w) for w in self.sliding]
+        return lean_layers(tensors, ints, floats, sliding, self.h, self.g, self.d, self.scale)
 
     @torch.inference_mode()
     def __call__(self, input_ids, cache, position_ids=None, attn_mask=None, hidden_layers=()):
@@ -149,13 +185,15 @@ class LeanForward:
         if position_ids is None:
             position_ids = torch.arange(ctx, ctx + n, device=input_ids.device)
         x = self.embed(input_ids)  # [n, H]
-        cos, sin = self.rotary(x, position_ids[None])  # [1, n, d] each
+        cos, sin = self._rope(x, position_ids)  # [1, n, d] each
+        allowed = None if attn_mask is None else attn_mask == 0  # [n, L] bool, None: causal
+        masks = (allowed, self._window_mask(allowed, ctx, position_ids))  # full layers', sliding layers'
         if (self.native is not None and n <= MAX_ROWS and x.device.type == "cpu" and x.dtype == torch.float32
                 and all(type(layer) is GrowingLayer for layer in cache.layers)):
-            x, feats = self._native_call(x, cos[0].contiguous(), sin[0].contiguous(), cache, ctx, attn_mask,
+            x, feats = self._native_call(x, cos[0].contiguous(), sin[0].contiguous(), cache, ctx, masks,
                                          hidden_layers)
         else:
-            x, feats = self._python_layers(x, cos, sin, cache, ctx, attn_mask, hidden_layers)
+            x, feats = self._python_layers(x, cos, sin, cache, ctx, masks, hidden_layers)
         H, want = x.shape[-1], set(hidden_layers)
         x = F.rms_norm(x, (H,), self.norm_w, self.norm_eps)
         if self.tie_last and len(self.layers) - 1 in want:  # HF's hidden_states[-1] is the normed output
@@ -165,31 +203,54 @@ class LeanForward:
             return logits, None
         return logits, torch.cat([feats[k] for k in hidden_layers], dim=-1)
 
-    def _native_call(self, x, cos, sin, cache, ctx, attn_mask, hidden_layers):
-        """The decoder layers in one C++ call: x [n, H], cos/sin [n, d]; the cache's buffers get room for n rows,
-        lean_layers.cpp writes them, then the layers take them in. -> (x [n, H], {layer: its output [n, H]})."""
+    def _rope(self, x, position_ids):
+        """cos, sin [1, n, d] of the rows' positions from the model's own rotary_emb (row by row for longrope)."""
+        if not self.rope_per_row:
+            return self.rotary(x, position_ids[None])
+        rows = [self.rotary(x[i:i + 1], position_ids[None, i:i + 1]) for i in range(x.shape[0])]
+        return torch.cat([c for c, _ in rows], 1), torch.cat([s for _, s in rows], 1)
+
+    def _window_mask(self, allowed, ctx, position_ids):
+        """The sliding layers' allowed columns: `allowed` ([n, L] bool, None: causal) less the columns W or more
+        positions before the row's (cache column j holds position j, the n new ones `position_ids` [n]). `allowed`
+        itself where no column can be that far: without a window, or while ctx + n <= W (a row's position never
+        exceeds its cache index)."""
+        n, W = position_ids.shape[0], self.window
+        if W is None or ctx + n <= W:
+            return allowed
+        dev = position_ids.device
+        kv_pos = torch.cat([torch.arange(ctx, device=dev), position_ids])  # [L]
+        near = position_ids[:, None] - kv_pos[None, :] < W  # [n, L]
+        if allowed is None:
+            allowed = torch.arange(ctx + n, device=dev) <= torch.arange(ctx, ctx + n, device=dev)[:, None]
+        return allowed & near
+
+    def _native_call(self, x, cos, sin, cache, ctx, masks, hidden_layers):
+        """The decoder layers in one C++ call: x [n, H], cos/sin [n, d], masks (full layers', sliding layers')
+        [n, L] bool or None; the cache's buffers get room for n rows, lean_layers.cpp writes them, then the layers
+        take them in. -> (x [n, H], {layer: its output [n, H]})."""
         n = x.shape[0]
         like = x.new_empty(1, self.g, 0, self.d)
         buffers = [layer.reserve(n, like) for layer in cache.layers]
-        allowed = torch.empty(0, dtype=torch.bool) if attn_mask is None else (attn_mask == 0).contiguous()
-        out = self.native.forward(x, cos, sin, [k for k, _ in buffers], [v for _, v in buffers], ctx, allowed,
-                                  list(hidden_layers))
+        full, sliding = (torch.empty(0, dtype=torch.bool) if m is None else m.contiguous() for m in masks)
+        out = self.native.forward(x, cos, sin, [k for k, _ in buffers], [v for _, v in buffers], ctx, full,
+                                  sliding, list(hidden_layers))
         for layer in cache.layers:
             layer.advance(n)
         return out[0], dict(zip(hidden_layers, out[1:]))
 
-    def _python_layers(self, x, cos, sin, cache, ctx, attn_mask, hidden_layers):
-        """The decoder layers as PyTorch calls (any row count, dtype, device): x [n, H], cos/sin [1, n, d] ->
-        (x [n, H], {layer: its output [n, H]})."""
+    def _python_layers(self, x, cos, sin, cache, ctx, masks, hidden_layers):
+        """The decoder layers as PyTorch calls (any row count, dtype, device): x [n, H], cos/sin [1, n, d], masks
+        (full layers', sliding layers') [n, L] bool or None (causal) -> (x [n, H], {layer: its output [n, H]})."""
         n, H = x.shape
         h, g, d = self.h, self.g, self.d
         cos, sin = cos.reshape(n, 1, 2, d // 2), sin.reshape(n, 1, 2, d // 2) * self.sign  # [n, 1, 2, d/2]
-        allowed = None  # row_attention's [n, L] bool mask (None: causal), where that kernel runs
         if self.row_kernel and n <= MAX_ROWS and x.device.type == "cpu" and x.dtype in KERNEL_DTYPES:
-            exact, rest_mask = -1, None
-            allowed = None if attn_mask is None else attn_mask == 0
+            plans = [(-1, None, mask) for mask in masks]  # row_attention over each layer kind's allowed columns
         else:
-            exact, rest_mask = self._plan(n, ctx, attn_mask, x)
+            tree = masks[0] is not None
+            plans = [self._plan(n, ctx, masks[0], None, tree, x)]
+            plans.append(self._plan(n, ctx, masks[1], self.window, tree, x) if any(self.sliding) else plans[0])
         want, feats = set(hidden_layers), {}
         for i, (w1, e1, qkv_proj, qk_norm, o_proj, w2, e2, gate_up, down, inter) in enumerate(self.layers):
             qkv = qkv_proj(F.rms_norm(x, (H,), w1, e1)).reshape(1, n, h + 2 * g, d)  # [1, n, h + 2g, d]
@@ -200,40 +261,51 @@ class LeanForward:
             qk = (qk * cos + qk.flip(2) * sin).view(1, n, h + g, d)  # RoPE, rotate-half convention
             k_all, v_all = cache.layers[i].update(qk[:, :, h:].transpose(1, 2),  # [1, g, n, d] in, [1, g, L, d] out
                                                   qkv[:, :, h + g:].transpose(1, 2))
-            x = x + o_proj(self._attend(qk[0, :, :h], k_all, v_all, ctx, exact, rest_mask, allowed))
+            x = x + o_proj(self._attend(qk[0, :, :h], k_all, v_all, ctx, *plans[self.sliding[i]]))
             gu = gate_up(F.rms_norm(x, (H,), w2, e2))  # [n, 2I]
             x = x + down(F.silu(gu[:, :inter]) * gu[:, inter:])
             if i in want:
                 feats[i] = x
         return x, feats
 
-    def _plan(self, n, ctx, attn_mask, x):
-        """-> (exact: the leading rows attended one by one as plain steps, mask [r * (n - exact), ctx + n] for the
-        others, repeated per query head of a group, or None)."""
-        if attn_mask is None and n == 1:
-            return 1, None
+    def _plan(self, n, ctx, allowed, window, tree, x):
+        """An SDPA plan for one layer kind: allowed [n, L] bool (None: causal, nothing outside a window); tree: the
+        rows are a verify's (else a plain step or a prefill, causal) -> (exact: the leading rows attended one by one
+        as plain steps, row i over cache columns [max(0, ctx + i + 1 - window), ctx + i] (their allowed columns are
+        exactly those), mask [r * (n - exact), L] additive for the others, repeated per query head of a group, or
+        None; window)."""
+        if not tree and n == 1:  # a plain step: its columns are the causal ones less the window's cut
+            return 1, None, window
         L = ctx + n
-        blocked = torch.arange(L, device=x.device) > torch.arange(ctx, L, device=x.device)[:, None]  # [n, L] causal
-        causal = torch.zeros(n, L, dtype=x.dtype, device=x.device).masked_fill_(blocked, float("-inf"))
-        if attn_mask is None:  # prefill: nobody compares its rows with plain steps
-            return 0, causal.repeat(self.r, 1)
-        attn_mask = attn_mask.to(x.dtype)
-        exact = int((attn_mask == causal).all(1).cumprod(0).sum()) if self.exact else 0
-        return exact, (attn_mask[exact:].repeat(self.r, 1) if exact < n else None)
+        cols, rows = torch.arange(L, device=x.device), torch.arange(ctx, L, device=x.device)[:, None]
+        causal = cols <= rows  # [n, L]
+        if window is not None:
+            causal &= cols > rows - window
+        if not tree:  # prefill: nobody compares its rows with plain steps
+            return 0, self._additive(causal if allowed is None else allowed, x).repeat(self.r, 1), window
+        exact = int((allowed == causal).all(1).cumprod(0).sum()) if self.exact else 0
+        return exact, (self._additive(allowed[exact:], x).repeat(self.r, 1) if exact < n else None), window
 
-    def _attend(self, q, k, v, ctx, exact, rest_mask, allowed):
+    @staticmethod
+    def _additive(allowed, x):
+        """[m, L] bool -> additive float mask in x's dtype (0 where allowed, -inf elsewhere)."""
+        return torch.zeros(allowed.shape, dtype=x.dtype, device=x.device).masked_fill_(~allowed, float("-inf"))
+
+    def _attend(self, q, k, v, ctx, exact, rest_mask, extra):
         """q [n, h, d] against the cache k, v [1, g, L, d] -> [n, h * d]. exact = -1: `kernels.row_attention`
-        (every row alone over its allowed columns: bit-identical to the plain step; fp16/bf16 widened to fp32 exactly,
-        the output rounded back once). Else SDPA, query heads regrouped per KV head ([1, g, r * rows, d]) so the
-        cache is never repeated h / g times."""
+        over the allowed columns `extra` ([n, L] bool or None: causal; every row alone over its allowed columns:
+        bit-identical to the plain step; fp16/bf16 widened to fp32 exactly, the output rounded back once). Else SDPA
+        (`extra`: the window or None), query heads regrouped per KV head ([1, g, r * rows, d]) so the cache is never
+        repeated h / g times."""
         n, (h, g, r, d) = q.shape[0], (self.h, self.g, self.r, self.d)
         if exact == -1:
-            out = row_attention(q.float(), k[0].float(), v[0].float(), allowed, self.scale)  # [n, h, d] fp32
+            out = row_attention(q.float(), k[0].float(), v[0].float(), extra, self.scale)  # [n, h, d] fp32
             return out.to(q.dtype).reshape(n, h * d)
-        if exact == n == 1:  # plain step
-            return F.scaled_dot_product_attention(q.view(1, g, r, d), k, v, scale=self.scale).reshape(1, h * d)
-        outs = [F.scaled_dot_product_attention(q[i].view(1, g, r, d), k[:, :, :ctx + i + 1], v[:, :, :ctx + i + 1],
-                                               scale=self.scale).reshape(1, h * d) for i in range(exact)]
+        outs = []
+        for i in range(exact):  # row i as the plain step at cache index ctx + i
+            lo = 0 if extra is None else max(0, ctx + i + 1 - extra)
+            outs.append(F.scaled_dot_product_attention(q[i].view(1, g, r, d), k[:, :, lo:ctx + i + 1],
+                                                       v[:, :, lo:ctx + i + 1], scale=self.scale).reshape(1, h * d))
         if exact < n:
             m = n - exact
             qg = q[exact:].view(m, g, r, d).permute(1, 2, 0, 3).reshape(1, g, r * m, d)

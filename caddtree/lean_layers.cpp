@@ -54,6 +54,7 @@ struct Layer {
   float eps1, eps2, qk_eps;
   Linear qkv, o, gate_up, down;
   int64_t inter;  // I: gate_up's output is [g | u], I columns each
+  bool sliding;   // attends through the sliding-window mask
 };
 
 // out[0:K] = w · (x / sqrt(mean(x²) + eps)): squares summed in 16 lanes (fixed tree), then the tail in order
@@ -105,13 +106,14 @@ class LeanLayers {
  public:
   // Per layer, in order: tensors (11) ln1, qkv weights, qkv bias, qk_norm, o weights, o bias, ln2, gate_up weights,
   // gate_up bias, down weights, down bias (an empty tensor for none); ints (9) kind and arg of qkv, o, gate_up, down,
-  // then I; floats (3) eps1, eps2, qk_eps.
-  LeanLayers(std::vector<torch::Tensor> t, std::vector<int64_t> ints, std::vector<double> floats, int64_t h, int64_t g,
-             int64_t d, double scale)
+  // then I; floats (3) eps1, eps2, qk_eps; sliding (1): whether the layer attends through the sliding-window mask.
+  LeanLayers(std::vector<torch::Tensor> t, std::vector<int64_t> ints, std::vector<double> floats,
+             std::vector<int64_t> sliding, int64_t h, int64_t g, int64_t d, double scale)
       : h_(h), g_(g), d_(d), scale_(scale) {
     const size_t count = t.size() / 11;
-    TORCH_CHECK(t.size() == count * 11 && ints.size() == count * 9 && floats.size() == count * 3,
-                "LeanLayers: 11 tensors, 9 ints and 3 floats per layer");
+    TORCH_CHECK(t.size() == count * 11 && ints.size() == count * 9 && floats.size() == count * 3 &&
+                    sliding.size() == count,
+                "LeanLayers: 11 tensors, 9 ints, 3 floats and 1 sliding flag per layer");
     TORCH_CHECK(d % W == 0 && h % g == 0, "LeanLayers: head_dim a multiple of 16, heads a multiple of KV heads");
     for (size_t i = 0; i < count; ++i) {
       const torch::Tensor* a = &t[11 * i];
@@ -126,16 +128,18 @@ class LeanLayers {
       L.down = {a[9], a[10], k[6], k[7]};
       L.inter = k[8];
       L.eps1 = float(floats[3 * i]), L.eps2 = float(floats[3 * i + 1]), L.qk_eps = float(floats[3 * i + 2]);
+      L.sliding = sliding[i] != 0;
       layers_.push_back(L);
     }
   }
 
   // x [n, H] (embedded tokens; not modified), cos/sin [n, d], k_bufs/v_bufs per layer [1, g, capacity, d] whose first
-  // ctx rows are the cache (rows ctx .. ctx + n - 1 are written here), allowed [n, ctx + n] bool or empty (causal),
+  // ctx rows are the cache (rows ctx .. ctx + n - 1 are written here), allowed [n, ctx + n] bool or empty (causal) for
+  // full-attention layers, allowed_sliding the same for sliding-window layers (the window already applied),
   // want: layer ids whose outputs are returned -> [x after the last layer, then one [n, H] per entry of want].
   std::vector<torch::Tensor> forward(torch::Tensor x, torch::Tensor cos, torch::Tensor sin,
                                      std::vector<torch::Tensor> k_bufs, std::vector<torch::Tensor> v_bufs, int64_t ctx,
-                                     torch::Tensor allowed, std::vector<int64_t> want) {
+                                     torch::Tensor allowed, torch::Tensor allowed_sliding, std::vector<int64_t> want) {
     const int64_t n = x.size(0), H = x.size(1), h = h_, g = g_, d = d_;
     TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat && cos.sizes() == sin.sizes() && cos.size(0) == n &&
                     cos.size(1) == d && cos.is_contiguous() && sin.is_contiguous(),
@@ -155,7 +159,8 @@ class LeanLayers {
                   "layer ", i, ": k and v buffers [1, g, >= ctx + n, d] with contiguous rows");
       write_qkv(L, qkv, cos, sin, ctx, q, kb, vb);
       const auto att = timed(attention_s_, [&] {
-        return row_attention(q, kb.narrow(1, 0, ctx + n), vb.narrow(1, 0, ctx + n), allowed, scale_);
+        return row_attention(q, kb.narrow(1, 0, ctx + n), vb.narrow(1, 0, ctx + n),
+                             L.sliding ? allowed_sliding : allowed, scale_);
       });
       x.add_(timed(linear_s_, [&] { return L.o(att.view({n, h * d})); }));
       norm_rows(x, L.ln2, L.eps2, a);
@@ -228,8 +233,8 @@ class LeanLayers {
 void register_lean_layers(pybind11::module_& m) {
   // module_local: tests build this source a second time (another ISA) into a second module of the same process
   pybind11::class_<LeanLayers>(m, "LeanLayers", pybind11::module_local())
-      .def(pybind11::init<std::vector<torch::Tensor>, std::vector<int64_t>, std::vector<double>, int64_t, int64_t,
-                          int64_t, double>())
+      .def(pybind11::init<std::vector<torch::Tensor>, std::vector<int64_t>, std::vector<double>,
+                          std::vector<int64_t>, int64_t, int64_t, int64_t, double>())
       .def("forward", &LeanLayers::forward, pybind11::call_guard<pybind11::gil_scoped_release>())
       .def("take_times", &LeanLayers::take_times);
 }

@@ -25,26 +25,27 @@ BASE = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layer
             eos_token_id=1, pad_token_id=0)
 
 
-def config(family: str, window: int | None):
+def config(family: str, window: int | None, **over):
+    base = BASE | over
     if family == "llama":
-        return LlamaConfig(**BASE, tie_word_embeddings=True,
+        return LlamaConfig(**base, tie_word_embeddings=True,
                            rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
                                             "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                             "original_max_position_embeddings": 64})
     if family == "qwen2":  # layers >= max_window_layers slide
-        return Qwen2Config(**BASE, use_sliding_window=window is not None, sliding_window=window or 4096,
+        return Qwen2Config(**base, use_sliding_window=window is not None, sliding_window=window or 4096,
                            max_window_layers=1)
     if family == "qwen3":
-        return Qwen3Config(**BASE, head_dim=8)
+        return Qwen3Config(**base, head_dim=8)
     if family == "mistral":
-        return MistralConfig(**BASE, sliding_window=window)
+        return MistralConfig(**base, sliding_window=window)
     if family == "phi3":
-        return Phi3Config(**BASE, sliding_window=window, pad_token_id_=None)
+        return Phi3Config(**base, sliding_window=window, pad_token_id_=None)
     if family == "gemma2":
-        return Gemma2Config(**BASE, head_dim=8, sliding_window=window or 4096, query_pre_attn_scalar=8,
+        return Gemma2Config(**base, head_dim=8, sliding_window=window or 4096, query_pre_attn_scalar=8,
                             attn_logit_softcapping=50.0, final_logit_softcapping=30.0)
     if family == "gemma3":
-        return Gemma3TextConfig(**BASE, head_dim=8, sliding_window=window or 4096, query_pre_attn_scalar=8,
+        return Gemma3TextConfig(**base, head_dim=8, sliding_window=window or 4096, query_pre_attn_scalar=8,
                                 layer_types=["sliding_attention", "full_attention", "sliding_attention"])
     raise ValueError(family)
 
@@ -54,9 +55,9 @@ WINDOWED = {"qwen2", "mistral", "phi3", "gemma2", "gemma3"}
 WINDOWS = {"short": 6, "long": 64}  # shorter / longer than the 36-token context
 
 
-def tiny(family: str, window: int | None, seed: int = 0) -> Target:
+def tiny(family: str, window: int | None, seed: int = 0, **over) -> Target:
     torch.manual_seed(seed)
-    cfg = config(family, window)
+    cfg = config(family, window, **over)
     attn = "eager" if family == "gemma2" else "sdpa"
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn).eval()
     model.generation_config.eos_token_id = 1
@@ -164,6 +165,30 @@ def test_drafter_init_from_target_copies_exactly_or_refuses(family):
     else:
         with pytest.raises(CaddtreeError, match="--init target: a .* layer does not map onto"):
             model.init_from_target(target)
+
+
+@pytest.mark.parametrize("family, window", [pytest.param(f, w, id=f"{f}-{name}") for f in ("qwen2", "mistral", "phi3")
+                                            for name, w in WINDOWS.items()])
+def test_windowed_families_are_exact_by_construction_on_the_lean_forward(family, window):
+    """Mistral, Phi3 (fused projections) and Qwen2 (sliding layers by type) on the CPU kernels and the lean forward,
+    as `load_target` runs them on CPU: the window is applied inside the lean forward (row attention over each layer
+    kind's allowed columns), so exactness is 'guaranteed', and every method gives the cache-free reference's tokens."""
+    from caddtree.kernels import pack_linears, packing_available
+    from caddtree.lean import LeanForward
+    if not packing_available():
+        pytest.skip("the CPU kernels are not built here")
+    target = tiny(family, window, seed=4, hidden_size=64)  # head_dim 16, as the row kernel takes
+    target.packed = pack_linears(target.model) > 0
+    target.lean = LeanForward(target.model)
+    assert target.exactness == "guaranteed" and target.lean.window == window
+    cost = fit_cost_model(COST, {"target_fingerprint": target.fingerprint})
+    for seed in (0, 1):
+        p = prompt(seed, PROMPT, V)
+        want = reference_greedy(target, p, NEW)
+        for dec in (Decoder(target), Decoder(target, OracleDrafter(target, seed=seed), method="ddtree", budget=6),
+                    Decoder(target, RandomDrafter(V, seed=seed), method="ddtree", budget=8),
+                    Decoder(target, OracleDrafter(target, seed=seed), method="caddtree", cost_model=cost)):
+            assert dec.generate(p, NEW).tokens == want, (family, window, dec.method, seed)
 
 
 def test_exactness_is_claimed_only_where_rows_are_computed_alike():

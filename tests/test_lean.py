@@ -1,6 +1,7 @@
 """caddtree.lean: the lean forward gives the HF model's logits and features (llama tied / untied with biases and llama3
-rope, qwen2 biases, qwen3 qk-norm, mistral), its verify rows equal plain steps bit for bit where that is possible, and
-greedy decoding through it is the same for ar, ddtree and caddtree.
+rope, qwen2 biases, qwen3 qk-norm, mistral, phi3's fused projections; sliding windows shorter than the context on every
+layer (mistral, phi3) or some (qwen2's layer types)), its verify rows equal plain steps bit for bit where that is
+possible, and greedy decoding through it is the same for ar, ddtree and caddtree.
 
 Timing (not asserted here): `python scripts/step_profile.py` splits one decoding step of SmolLM2 by part.
 """
@@ -8,7 +9,7 @@ Timing (not asserted here): `python scripts/step_profile.py` splits one decoding
 import numpy as np
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
 from transformers import AutoModelForCausalLM
 
 from caddtree.costmodel import CostModel
@@ -16,12 +17,13 @@ from caddtree.drafter import PromptLookupDrafter
 from caddtree.engine import Decoder
 from caddtree.kernels import MAX_ROWS, pack_linears, packing_available
 from caddtree.lean import LeanForward, lean_unsupported
-from caddtree.target import Target
+from caddtree.target import Target, window_masks
 from caddtree.tree import Tree, verify_inputs
 from caddtree.verify import commit_path
 from conftest import OracleDrafter, RandomDrafter, prompt, reference_greedy
 
 V = 300
+WINDOW = 8
 SMALL = dict(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.3, bos_token_id=0,
              eos_token_id=None, pad_token_id=0, attn_implementation="sdpa")
@@ -33,6 +35,10 @@ FAMILIES = {
     "qwen2": lambda: Qwen2Config(**SMALL, sliding_window=16, use_sliding_window=False),  # window off: full attention
     "qwen3": lambda: Qwen3Config(**SMALL, head_dim=32, tie_word_embeddings=True),  # head_dim != hidden / heads
     "mistral": lambda: MistralConfig(**SMALL | {"intermediate_size": 100}, sliding_window=None),  # 100: vector tails
+    # windows of 8 positions: the contexts below reach 20-110, so every forward past the first steps cuts some columns
+    "mistral-window": lambda: MistralConfig(**SMALL, sliding_window=WINDOW),
+    "qwen2-window": lambda: Qwen2Config(**SMALL, use_sliding_window=True, sliding_window=WINDOW, max_window_layers=1),
+    "phi3-window": lambda: Phi3Config(**SMALL, sliding_window=WINDOW, resid_pdrop=0.0),
 }
 # a tree over [root, nodes]: chain root -> 0 -> 1 -> 2 (rows 0-3 see a causal prefix), node 3 a second child of the
 # root and node 4 its child (rows 4-5 see the cache through gaps)
@@ -68,7 +74,9 @@ def hf_forward(model, tokens, cache, position_ids=None, attn_mask=None, layers=(
     ctx, n = cache.get_seq_length(), len(tokens)
     if position_ids is None:
         position_ids = torch.arange(ctx, ctx + n)
-    masks = {} if attn_mask is None else {"attention_mask": attn_mask[None, None]}
+    window = make_target(model).window  # the tree mask as Target.forward gives it (the window applied per layer)
+    masks = {} if attn_mask is None else {"attention_mask": window_masks(attn_mask, ctx, position_ids, *window,
+                                                                         torch.float32)}
     with torch.inference_mode():
         out = model(input_ids=tokens[None], position_ids=position_ids[None], cache=cache, use_cache=True,
                     output_hidden_states=True, **masks)
@@ -127,13 +135,13 @@ def test_lean_matches_hf(family, native):
     assert none is None
 
 
-def plain_and_tree(model):
+def plain_and_tree(model, context: int = 20, lean=None):
     """-> (verify logits [6, V] and features, the plain steps' logits and features of the chain rows, the plain logits
-    of the branch's first node): every forward on its own cache after the same prefill."""
-    lean = LeanForward(model)
+    of the branch's first node): every forward on its own cache after the same prefill of `context` tokens."""
+    lean = lean or LeanForward(model)
     layers = [0, 2]
     new = make_target(model).new_cache
-    p = ids(1, 20)
+    p = ids(1, context)
     caches = [new() for _ in range(3)]
     for c in caches:
         lean(p, c)
@@ -164,6 +172,50 @@ def test_verify_rows_equal_plain_steps_with_packed_linears(family):
     assert LeanForward(model).row_kernel  # the kernels are built here, so the branch row is exact too
     assert LeanForward(model).native is not None  # and every forward here ran the C++ layer loop
     assert torch.equal(tree_logits[4], branch[0]), "branch row"
+
+
+def test_longrope_rows_take_their_own_frequencies():
+    """Phi3's longrope switches every row of a call to its long frequencies once the call's longest position passes
+    original_max_position_embeddings (16 here). A verify at context 13 reaches position 16 while its root sits at 13:
+    asked row by row, each row gets the frequencies its plain step gets, so the rows stay bit-identical to plain steps
+    across the switch (asked once per call, the root and first chain rows would take the long ones)."""
+    if not packing_available():
+        pytest.skip("the CPU linear kernel is not built here")
+    d = SMALL["hidden_size"] // SMALL["num_attention_heads"]
+    rope = {"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0] * (d // 2),
+            "long_factor": [4.0] * (d // 2), "original_max_position_embeddings": 16}
+    FAMILIES["phi3-longrope"] = lambda: Phi3Config(**SMALL, rope_parameters=rope, original_max_position_embeddings=16,
+                                                   resid_pdrop=0.0)
+    try:
+        model = make_model("phi3-longrope")
+    finally:
+        del FAMILIES["phi3-longrope"]
+    assert pack_linears(model) > 0 and LeanForward(model).rope_per_row
+    (tree_logits, tree_feats), plain, branch = plain_and_tree(model, context=13)
+    for i, (logits, feats) in enumerate(plain):
+        assert torch.equal(tree_logits[i], logits[0]), f"row {i}"
+    assert torch.equal(tree_logits[4], branch[0]), "branch row"
+
+
+@pytest.mark.parametrize("family", ["mistral-window", "qwen2-window", "phi3-window", "llama-untied-biases"])
+def test_sdpa_path_attends_the_chain_rows_as_plain_steps(family):
+    """Where the row kernel does not run (CUDA, a head_dim it does not take), a verify's leading chain rows are
+    attended one by one with the plain step's own SDPA call over the same cache columns (the window's cut included):
+    bit-identical to the plain steps with packed linears; the branch rows (one masked call) to rounding."""
+    if not packing_available():
+        pytest.skip("the CPU linear kernel is not built here")
+    model = make_model(family)
+    assert pack_linears(model) > 0
+    lean = LeanForward(model, native=False)
+    lean.row_kernel = False  # as off the CPU
+    (tree_logits, _), plain, branch = plain_and_tree(model, lean=lean)
+    for i, (logits, _) in enumerate(plain):
+        assert torch.equal(tree_logits[i], logits[0]), f"row {i}"
+    assert_close(tree_logits[4], branch[0], "branch row")
+    hf = make_target(model)
+    with torch.no_grad():
+        ref = hf.model(torch.cat([ids(1, 20), torch.tensor([11])])[None]).logits[0, -1]
+    assert_close(plain[0][0][0], ref, "plain step against HF")
 
 
 @pytest.mark.parametrize("family", ["llama-untied-biases", "qwen3"])
@@ -220,10 +272,10 @@ def test_greedy_decoding_through_lean_is_the_same_for_every_method(family):
 
 
 def test_unsupported_models_are_named():
-    assert lean_unsupported(AutoModelForCausalLM.from_config(MistralConfig(**SMALL, sliding_window=16))) == \
-        "sliding window"
-    qwen = Qwen2Config(**SMALL, use_sliding_window=True, sliding_window=16, max_window_layers=1)
-    assert lean_unsupported(AutoModelForCausalLM.from_config(qwen)) == "sliding window"
+    phi = Phi3Config(**SMALL, rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5})
+    assert lean_unsupported(AutoModelForCausalLM.from_config(phi)) == "partial rotary"
+    dynamic = LlamaConfig(**SMALL, rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0})
+    assert lean_unsupported(AutoModelForCausalLM.from_config(dynamic)).startswith("rope_type dynamic")
     assert lean_unsupported(AutoModelForCausalLM.from_config(LlamaConfig(**SMALL, hidden_act="gelu"))) == \
         "hidden_act gelu"
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=32, n_layer=1, n_head=2, n_positions=64))
