@@ -315,8 +315,8 @@ class SpeculationGate:
     on), C_d and C_v priced by the cost model, o_spec and o_plain the running means of the measured rest of a
     drafted round (tree build, acceptance, compaction) and of a plain one (the draw, the cache append): the
     profile's overhead is one for every round (less its per-node part), and what differs between the two kinds of
-    round is what this gate weighs. A round that drafted and then chose n = 0 counts its draft as a loss. Where the round
-    had two drafts (the costly stage ran), θ_spec is the better of the two: whether the costly stage pays is
+    round is what this gate weighs. A round that drafted and then chose n = 0 counts its draft as a loss. Where the
+    round had two drafts (the costly stage ran), θ_spec is the better of the two: whether the costly stage pays is
     `DraftGate`'s question, whether drafting pays at all this one's.
 
     Why the expected Φ and not the accepted count: under sampling, acceptance is a noisy draw (a round yields 1, 2

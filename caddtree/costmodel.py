@@ -1,6 +1,6 @@
 """Cost model of a machine: C_v(n; ℓ) (verify n tree nodes + root on a KV cache of ℓ), C_d(ℓ) (one drafting round)
-and the per-round overhead (tree build, stop rule, acceptance, cache compaction) o(ℓ) + o_n · n, all in milliseconds. Pure logic: fitting and
-evaluation only (the file format is `costfile`, the measurement `profile`).
+and the per-round overhead (tree build, stop rule, acceptance, cache compaction) o(ℓ) + o_n · n, all in
+milliseconds. Pure logic: fitting and evaluation only (the file format is `costfile`, the measurement `profile`).
 
 The fit turns noisy medians into a curve CaDDTree can trust. Per context length, C_v is fitted non-decreasing in n
 (a larger tree never costs less); the default shape is monotone ("monotone", isotonic least squares in relative
@@ -120,7 +120,8 @@ class CostModel:
         return self._scalar_blend("row_slope", ctx) if "row_slope" in self._scalars else float("inf")
 
     def verify_ms(self, n, ctx: float):
-        """C_v(n; ctx) + o_n · n in ms (`verify_curve`); n an int (-> float) or a 1-D array/tensor of ints (-> np.ndarray)."""
+        """C_v(n; ctx) + o_n · n in ms (`verify_curve`); n an int (-> float) or a 1-D array/tensor of ints
+        (-> np.ndarray)."""
         idx = np.asarray(n.cpu() if hasattr(n, "cpu") else n, dtype=np.int64)
         if idx.size and (idx.min() < 0 or idx.max() > self.max_nodes):
             bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
