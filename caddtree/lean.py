@@ -60,6 +60,13 @@ def sliding_layers(cfg) -> tuple[int | None, list[bool]]:
     return (w, flags) if w is not None and any(flags) else (None, [False] * count)
 
 
+def beyond_window(ctx: int, position_ids, window: int):
+    """[n, ctx + n] bool: the columns W or more positions before each row's (HF's rule keeps q - kv < W); cache
+    column j holds position j (the committed text in order), the n new columns `position_ids` [n]."""
+    kv_pos = torch.cat([torch.arange(ctx, device=position_ids.device), position_ids])  # [ctx + n]
+    return (position_ids[:, None] - kv_pos[None, :]) >= window
+
+
 def lean_unsupported(model) -> str | None:
     """None if `LeanForward` can run this HF model, else a short reason (e.g. 'partial rotary', 'model_type gpt2')."""
     cfg = getattr(model, "config", None)
@@ -218,12 +225,10 @@ class LeanForward:
         n, W = position_ids.shape[0], self.window
         if W is None or ctx + n <= W:
             return allowed
-        dev = position_ids.device
-        kv_pos = torch.cat([torch.arange(ctx, device=dev), position_ids])  # [L]
-        near = position_ids[:, None] - kv_pos[None, :] < W  # [n, L]
         if allowed is None:
+            dev = position_ids.device
             allowed = torch.arange(ctx + n, device=dev) <= torch.arange(ctx, ctx + n, device=dev)[:, None]
-        return allowed & near
+        return allowed & ~beyond_window(ctx, position_ids, W)
 
     def _native_call(self, x, cos, sin, cache, ctx, masks, hidden_layers):
         """The decoder layers in one C++ call: x [n, H], cos/sin [n, d], masks (full layers', sliding layers')

@@ -23,7 +23,7 @@ from caddtree.files import cache_dir, publish_dir_once
 from caddtree.gguf_weights import use_gguf_blocks
 from caddtree.kernels import KERNEL_DTYPES, pack_linears
 from caddtree.kvcache import GrowingLayer
-from caddtree.lean import LeanForward, lean_unsupported
+from caddtree.lean import LeanForward, beyond_window, lean_unsupported
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
 BUILTIN_GGUF = {  # name -> (python package that ships the file, file name inside it)
@@ -171,9 +171,7 @@ def window_masks(attn_mask, ctx: int, position_ids, window: int | None, per_type
     full = attn_mask[None, None].to(dtype)
     if window is None:
         return full
-    kv_pos = torch.cat([torch.arange(ctx, device=attn_mask.device), position_ids])  # [ctx + n]
-    far = (position_ids[:, None] - kv_pos[None, :]) >= window  # [n, ctx + n]
-    sliding = attn_mask.masked_fill(far, float("-inf"))[None, None].to(dtype)
+    sliding = attn_mask.masked_fill(beyond_window(ctx, position_ids, window), float("-inf"))[None, None].to(dtype)
     return {"full_attention": full, "sliding_attention": sliding} if per_type else sliding
 
 
