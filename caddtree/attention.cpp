@@ -1,14 +1,14 @@
 // Attention for the few query rows decoding runs (a plain step: 1; a tree verify: n + 1), fp32, CPU, row-invariant.
 // Built with panel_linear.cpp into one extension by caddtree/kernels.py.
 //
-// Why not SDPA: PyTorch's CPU SDPA blocks the query rows and the key columns, so a row's result changes with the
-// number of rows in the call and with masked columns around its own (measured: a tree node's output differs in the
-// last bits from the plain step that attends the same keys). Here each (row, head) attends only its allowed columns,
-// in cache order, with one fixed sequence of operations: scores s_j = (q·k_j)·scale (lanes over d, one horizontal
-// sum), m = max s_j, p_j = exp(s_j - m) (one vectorised polynomial), l = Σ p_j in column order, w_j = p_j / l,
-// out = Σ w_j v_j in column order. A tree node's
-// allowed columns are the committed context plus its ancestors: the same keys and values, in the same order, as the
-// plain step that would decode it, so its output is the same bit for bit. Masked columns cost nothing.
+// Why not SDPA: PyTorch's CPU SDPA blocks the query rows and the key columns, so a row's result changes with the number
+// of rows in the call and with masked columns around its own (measured: a tree node's output differs in the last bits
+// from the plain step that attends the same keys). Here each (row, head) attends only its allowed columns, in cache
+// order, with one fixed sequence of operations: scores s_j = (q·k_j)·scale (lanes over d, one horizontal sum; Gemma2's
+// soft-capping: s_j = cap · tanh(s_j / cap), each column alone), m = max s_j, p_j = exp(s_j - m) (one vectorised
+// polynomial), l = Σ p_j in column order, w_j = p_j / l, out = Σ w_j v_j in column order. A tree node's allowed columns
+// are the committed context plus its ancestors: the same keys and values, in the same order, as the plain step that
+// would decode it, so its output is the same bit for bit. Masked columns cost nothing.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -85,9 +85,10 @@ inline void weighted_values(const float* w, const std::vector<int64_t>& cols, co
 }  // namespace
 
 // q [n, h, d]; keys, values [g, L, d] (row stride d, head stride given: views of a cache buffer); allowed [n, L] bool
-// or an empty tensor (then row i sees columns 0 .. L - n + i: causal after the cache) -> out [n, h, d]
+// or an empty tensor (then row i sees columns 0 .. L - n + i: causal after the cache); softcap > 0: the scores
+// soft-capped (Gemma2), 0: not -> out [n, h, d]
 torch::Tensor row_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values, torch::Tensor allowed,
-                            double scale) {
+                            double scale, double softcap) {
   TORCH_CHECK(q.dim() == 3 && q.is_contiguous() && q.scalar_type() == torch::kFloat, "q: [n, h, d] contiguous fp32");
   TORCH_CHECK(keys.dim() == 3 && values.dim() == 3 && keys.sizes() == values.sizes() &&
                   keys.stride(2) == 1 && values.stride(2) == 1 && keys.stride(1) == keys.size(2) &&
@@ -110,6 +111,7 @@ torch::Tensor row_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor v
   // one task per (row, query head): a plain step's 9 heads (SmolLM2) split 5/4 over 2 threads, where its 3 KV heads
   // split 2/1; the r = h / g heads of a group each read the group's keys (from cache after the first)
   const int64_t r = h / g;
+  const float cap = float(softcap);
   at::parallel_for(0, n * h, 1, [&](int64_t t0, int64_t t1) {
     std::vector<int64_t> cols;
     std::vector<float> p;  // [stride]: scores, then weights
@@ -125,6 +127,8 @@ torch::Tensor row_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor v
       const int64_t C = int64_t(cols.size()), stride = (C + W - 1) / W * W;
       p.assign(stride, -std::numeric_limits<float>::infinity());  // padding: weight exp(-inf - m) = 0, unused
       scores(qp + (i * h + head) * d, kp + kv * ks, d, cols, float(scale), p.data());
+      if (cap > 0.0f)
+        for (int64_t c = 0; c < C; ++c) p[c] = cap * std::tanh(p[c] / cap);
       v16 mv = load(p.data());  // the max in 16 lanes (exact in any order; the padding is -inf)
       for (int64_t c = W; c < stride; c += W) mv = mv > load(p.data() + c) ? mv : load(p.data() + c);
       float m = mv[0];

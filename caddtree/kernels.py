@@ -403,21 +403,21 @@ def kernel_linear(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor, int, i
 
 
 def lean_layers(tensors: list[torch.Tensor], ints: list[int], floats: list[float], sliding: list[int], h: int,
-                g: int, d: int, scale: float):
+                g: int, d: int, scale: float, softcap: float = 0.0):
     """lean_layers.cpp's LeanLayers over these per-layer weights (its constructor documents the lists)."""
-    return _library().LeanLayers(tensors, ints, floats, sliding, h, g, d, scale)
+    return _library().LeanLayers(tensors, ints, floats, sliding, h, g, d, scale, softcap)
 
 
 def row_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor | None,
-                  scale: float) -> torch.Tensor:
+                  scale: float, softcap: float = 0.0) -> torch.Tensor:
     """Grouped-query attention, each query row alone over its allowed key columns in cache order (attention.cpp):
     a row's result does not depend on the other rows or on masked columns, so a tree node's output equals the plain
     step's that attends the same keys, bit for bit. q [n, h, d]; keys, values [g, L, d] with contiguous rows (cache
-    views are fine); allowed [n, L] bool, or None: causal after the cache (row i sees columns 0 .. L - n + i).
-    Returns [n, h, d] fp32."""
+    views are fine); allowed [n, L] bool, or None: causal after the cache (row i sees columns 0 .. L - n + i);
+    softcap > 0: each score s soft-capped to softcap · tanh(s / softcap) (Gemma2), 0: not. Returns [n, h, d] fp32."""
     empty = torch.empty(0, dtype=torch.bool)
     return _library().row_attention(q.contiguous(), keys, values, empty if allowed is None else allowed.contiguous(),
-                                    scale)
+                                    scale, softcap)
 
 
 def sampler(device) -> Callable | None:

@@ -1,4 +1,5 @@
-"""A lean forward for Llama-shaped Hugging Face causal LMs (llama, mistral, qwen2, qwen3, phi3): the HF model's logits
+"""A lean forward for Llama- and Gemma-shaped Hugging Face causal LMs (llama, mistral, qwen2, qwen3, phi3, gemma2,
+gemma3): the HF model's logits
 with a handful of PyTorch ops per layer instead of HF's module tree, or, for the 1-96 rows of a plain step or a tree
 verify on the CPU kernels, with the whole layer loop in one C++ call (`lean_layers.cpp`).
 
@@ -35,10 +36,17 @@ full layers' and the sliding layers' (`_window_mask`); the row kernel attends ea
 columns, and a plain step past the window is a one-row masked call over the same columns a tree node on that path
 gets. Phi3's q/k/v and gate/up are stored fused in the order read here; its longrope picks short or long frequencies
 by the longest position of the call, so cos/sin are asked row by row (a verify's rows get their plain steps' values).
+Gemma2/3: RMSNorm multiplies by 1 + w (taken here as the norm's weight, computed once), the attention's and the MLP's
+outputs are RMS-normed before their residual adds (four norms a layer), gelu-tanh replaces silu, the embedding module
+scales by sqrt(H) itself, the logits are soft-capped (cap · tanh(z / cap)) where the config says so, Gemma2's
+attention scores too (in the row kernel, each column alone; Gemma3's forward ignores its config's attention cap, so
+this does too), and Gemma3 asks its rotary_emb for each layer kind's cos/sin (local and global bases).
 Refused (the HF forward runs, exactness "not guaranteed"): partial rotary, dynamic RoPE (its frequencies depend on
-earlier calls), other layer types, other families (Gemma's norms, soft-capping and scaled embeddings are not here).
+earlier calls), other layer types, bidirectional attention, other families.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -47,7 +55,25 @@ from caddtree.kernels import (KERNEL_DTYPES, MAX_ROWS, fuse_linears, kernel_line
                               row_attention)
 from caddtree.kvcache import GrowingLayer
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text")
+GEMMA = ("gemma2", "gemma3_text")  # (1 + w) norms, four a layer, gelu-tanh, soft-capped logits
+QK_NORM = ("qwen3", "gemma3_text")  # q and k RMS-normed per head before RoPE
+
+
+class Layer(NamedTuple):
+    """One decoder layer as the lean forward reads it: norms as (weight they multiply by, eps); `post_attn`, `post_ff`
+    (Gemma) norm the attention's and the MLP's outputs, else None; `rope` indexes the forward's cos/sin."""
+    ln1: tuple
+    qkv: object  # the fused q/k/v linear, [q | k | v] out
+    qk_norm: tuple | None  # ([h + g, d]: q's weight on q heads, k's on k heads, eps) or None
+    o: object
+    post_attn: tuple | None
+    ln2: tuple
+    gate_up: object  # [gate | up] out
+    down: object
+    inter: int
+    post_ff: tuple | None
+    rope: int
 
 
 def sliding_layers(cfg) -> tuple[int | None, list[bool]]:
@@ -67,23 +93,44 @@ def beyond_window(ctx: int, position_ids, window: int):
     return (position_ids[:, None] - kv_pos[None, :]) >= window
 
 
+def _rope_types(rotary) -> list[str]:
+    """The rope types of a rotary_emb: one, or one per layer kind (Gemma3's dict)."""
+    kind = getattr(rotary, "rope_type", None)
+    return [str(t) for t in kind.values()] if isinstance(kind, dict) else [str(kind)]
+
+
+def _norm_of(norm, one_plus: bool) -> tuple:
+    """An HF RMSNorm as (the weight it multiplies by, eps); one_plus (Gemma): it multiplies by 1 + w (formed in fp32,
+    as HF does)."""
+    w = norm.weight.detach()
+    if one_plus:
+        w = (1.0 + w.float()).to(w.dtype)
+    return w, norm.variance_epsilon if hasattr(norm, "variance_epsilon") else norm.eps
+
+
 def lean_unsupported(model) -> str | None:
     """None if `LeanForward` can run this HF model, else a short reason (e.g. 'partial rotary', 'model_type gpt2')."""
     cfg = getattr(model, "config", None)
     kind = getattr(cfg, "model_type", None)
     if kind not in FAMILIES:
         return f"model_type {kind}"
-    if getattr(cfg, "hidden_act", None) != "silu":
-        return f"hidden_act {getattr(cfg, 'hidden_act', None)}"
+    act, want = ((getattr(cfg, "hidden_activation", None), "gelu_pytorch_tanh") if kind in GEMMA
+                 else (getattr(cfg, "hidden_act", None), "silu"))
+    if act != want:
+        return f"hidden activation {act}"
+    if getattr(cfg, "use_bidirectional_attention", False):
+        return "bidirectional attention"
     if any(t not in ("full_attention", "sliding_attention") for t in getattr(cfg, "layer_types", None) or ()):
         return "layer types other than full and sliding attention"
-    if float((getattr(cfg, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)) != 1.0:
+    params = getattr(cfg, "rope_parameters", None) or {}
+    params = [p for p in params.values() if isinstance(p, dict)] or [params]  # Gemma3: one per layer kind
+    if any(float(p.get("partial_rotary_factor", 1.0)) != 1.0 for p in params):
         return "partial rotary"
     inner = getattr(model, "model", None)
     parts = ("embed_tokens", "layers", "norm", "rotary_emb")
     if inner is None or not all(hasattr(inner, p) for p in parts) or model.get_output_embeddings() is None:
         return "not a Llama-shaped model"
-    if "dynamic" in str(getattr(inner.rotary_emb, "rope_type", "")):
+    if any("dynamic" in t for t in _rope_types(inner.rotary_emb)):
         return "rope_type dynamic (its frequencies depend on earlier calls)"
     h, g = cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
     for layer in inner.layers[:cfg.num_hidden_layers]:
@@ -93,8 +140,9 @@ def lean_unsupported(model) -> str | None:
         else:
             names = [(a, "q_proj"), (a, "k_proj"), (a, "v_proj"), (a, "o_proj"), (m, "gate_proj"), (m, "up_proj"),
                      (m, "down_proj")]
-        if any(not hasattr(o, name) for o, name in names + [(layer, "input_layernorm"),
-                                                            (layer, "post_attention_layernorm")]):
+        norm_names = ["input_layernorm", "post_attention_layernorm"] + (
+            ["pre_feedforward_layernorm", "post_feedforward_layernorm"] if kind in GEMMA else [])
+        if any(not hasattr(o, name) for o, name in names + [(layer, n) for n in norm_names]):
             return "not a Llama-shaped layer"
         d = getattr(a, "head_dim", None)
         if not d or h % g:
@@ -105,11 +153,11 @@ def lean_unsupported(model) -> str | None:
             ok = (a.q_proj.out_features, a.k_proj.out_features, a.v_proj.out_features) == (h * d, g * d, g * d)
         if not ok or getattr(a.o_proj, "in_features", h * d) != h * d:
             return "head_dim does not match the projections"
-        if hasattr(a, "q_norm") != (kind == "qwen3") or hasattr(a, "k_norm") != (kind == "qwen3"):
+        if hasattr(a, "q_norm") != (kind in QK_NORM) or hasattr(a, "k_norm") != (kind in QK_NORM):
             return f"unexpected q/k norm for {kind}"
-        norms = [layer.input_layernorm, layer.post_attention_layernorm] + ([a.q_norm, a.k_norm] if kind == "qwen3"
-                                                                           else [])
-        if not all(type(n).__name__.endswith("RMSNorm") and hasattr(n, "variance_epsilon") for n in norms):
+        norms = [getattr(layer, n) for n in norm_names] + ([a.q_norm, a.k_norm] if kind in QK_NORM else [])
+        if not all(type(n).__name__.endswith("RMSNorm") and (hasattr(n, "variance_epsilon") or hasattr(n, "eps"))
+                   for n in norms):
             return "not an RMSNorm"
     if model.training:  # attention dropout
         return "training mode"
@@ -128,37 +176,53 @@ class LeanForward:
         if reason is not None:
             raise ValueError(f"LeanForward cannot run this model: {reason}")
         cfg, inner = model.config, model.model
-        a0 = inner.layers[0].self_attn
+        a0, gemma = inner.layers[0].self_attn, cfg.model_type in GEMMA
         self.h, self.d = cfg.num_attention_heads, a0.head_dim
         self.g = getattr(cfg, "num_key_value_heads", None) or self.h
         self.r, self.scale, self.exact = self.h // self.g, a0.scaling, exact
         self.window, self.sliding = sliding_layers(cfg)  # W or None, [layers] bool
         self.row_kernel = packing_available() and self.d % 16 == 0  # CPU fp32: kernels.row_attention
         self.embed, self.rotary, self.lm_head = inner.embed_tokens, inner.rotary_emb, model.get_output_embeddings()
+        self.gelu = gemma  # the MLP's activation: gelu-tanh, else silu
+        # Gemma2's attention scores and Gemma2/3's logits soft-capped where the config sets a cap (0: none)
+        self.softcap = float((cfg.model_type == "gemma2" and getattr(cfg, "attn_logit_softcapping", None)) or 0.0)
+        self.final_softcap = float((gemma and getattr(cfg, "final_logit_softcapping", None)) or 0.0)
+        # Gemma3: cos/sin per layer kind (rotary_emb(x, positions, kind)); else one pair for every layer
+        by_kind = isinstance(getattr(self.rotary, "rope_type", None), dict)
+        kinds = list(getattr(cfg, "layer_types", None) or ()) if by_kind else []
+        self.rope_kinds = sorted(set(kinds)) or [None]
         # longrope picks its frequencies by the longest position of the call: asked row by row, each row gets a
         # plain step's cos/sin
-        self.rope_per_row = getattr(self.rotary, "rope_type", None) == "longrope"
-        self.norm_w, self.norm_eps = inner.norm.weight, inner.norm.variance_epsilon
+        self.rope_per_row = "longrope" in _rope_types(self.rotary)
+        self.norm_w, self.norm_eps = _norm_of(inner.norm, gemma)
         self.tie_last = getattr(cfg, "tie_last_hidden_states", None) is not False
         w = self.norm_w
         # rotate_half(x) * sin == flip(x halves) * (sin with its first half negated)
         self.sign = torch.tensor([-1.0, 1.0], dtype=w.dtype, device=w.device).view(2, 1)  # [2, 1]
-        self.layers = []
-        for layer in inner.layers[:cfg.num_hidden_layers]:
-            a, m, ln1, ln2 = layer.self_attn, layer.mlp, layer.input_layernorm, layer.post_attention_layernorm
-            qk_norm = None
-            if hasattr(a, "q_norm"):  # qwen3: RMSNorm per head over d, q's weight on q heads, k's on k heads
-                qk_norm = (torch.cat([a.q_norm.weight.detach().expand(self.h, self.d),
-                                      a.k_norm.weight.detach().expand(self.g, self.d)]),  # [h + g, d]
-                           a.q_norm.variance_epsilon)
-            if hasattr(a, "qkv_proj"):  # phi3: fused as stored ([q | k | v], [gate | up])
-                qkv, gate_up, inter = a.qkv_proj, m.gate_up_proj, m.gate_up_proj.out_features // 2
-            else:
-                qkv, gate_up = fuse_linears([a.q_proj, a.k_proj, a.v_proj]), fuse_linears([m.gate_proj, m.up_proj])
-                inter = m.gate_proj.out_features
-            self.layers.append((ln1.weight, ln1.variance_epsilon, qkv, qk_norm, a.o_proj, ln2.weight,
-                                ln2.variance_epsilon, gate_up, m.down_proj, inter))
+        self.layers = [self._layer(layer, gemma, kinds[i] if kinds else None)
+                       for i, layer in enumerate(inner.layers[:cfg.num_hidden_layers])]
         self.native = self._native_layers() if native and self.row_kernel else None
+
+    def _layer(self, layer, gemma: bool, kind: str | None) -> Layer:
+        """One HF decoder layer's parts, q/k/v and gate/up fused (Phi3: as stored)."""
+        a, m = layer.self_attn, layer.mlp
+        qk_norm = None
+        if hasattr(a, "q_norm"):  # qwen3, gemma3: RMSNorm per head over d, q's weight on q heads, k's on k heads
+            (wq, eps), (wk, _) = _norm_of(a.q_norm, gemma), _norm_of(a.k_norm, gemma)
+            qk_norm = torch.cat([wq.expand(self.h, self.d), wk.expand(self.g, self.d)]), eps  # [h + g, d]
+        if hasattr(a, "qkv_proj"):  # phi3: fused as stored ([q | k | v], [gate | up])
+            qkv, gate_up, inter = a.qkv_proj, m.gate_up_proj, m.gate_up_proj.out_features // 2
+        else:
+            qkv, gate_up = fuse_linears([a.q_proj, a.k_proj, a.v_proj]), fuse_linears([m.gate_proj, m.up_proj])
+            inter = m.gate_proj.out_features
+        if gemma:  # Gemma's post_attention_layernorm norms the attention's output; pre_feedforward the MLP's input
+            post_attn, ln2 = _norm_of(layer.post_attention_layernorm, True), _norm_of(layer.pre_feedforward_layernorm,
+                                                                                       True)
+            post_ff = _norm_of(layer.post_feedforward_layernorm, True)
+        else:
+            post_attn, ln2, post_ff = None, _norm_of(layer.post_attention_layernorm, False), None
+        return Layer(_norm_of(layer.input_layernorm, gemma), qkv, qk_norm, a.o_proj, post_attn, ln2, gate_up,
+                     m.down_proj, inter, post_ff, self.rope_kinds.index(kind))
 
     @property
     def label(self) -> str:
@@ -168,19 +232,22 @@ class LeanForward:
     def _native_layers(self):
         """lean_layers.cpp's LeanLayers over these layers, or None where a linear is not a CPU kernel's or a norm
         weight is not CPU fp32."""
-        tensors, ints, floats = [], [], []
-        for w1, e1, qkv_proj, qk_norm, o_proj, w2, e2, gate_up, down, inter in self.layers:
-            specs = [kernel_linear(m) for m in (qkv_proj, o_proj, gate_up, down)]
-            norms = [w1, w2] + ([qk_norm[0]] if qk_norm is not None else [])
-            if any(s is None for s in specs) or any(t.dtype != torch.float32 or t.device.type != "cpu" for t in norms):
+        tensors, ints, floats, none = [], [], [], (torch.empty(0), 0.0)
+        for L in self.layers:
+            specs = [kernel_linear(m) for m in (L.qkv, L.o, L.gate_up, L.down)]
+            norms = [n for n in (L.ln1, L.ln2, L.qk_norm, L.post_attn, L.post_ff) if n is not None]
+            if any(s is None for s in specs) or any(w.dtype != torch.float32 or w.device.type != "cpu"
+                                                    for w, _ in norms):
                 return None
             (qw, qb, qk, qa), (ow, ob, ok, oa), (gw, gb, gk, ga), (dw, db, dk, da) = specs
-            qn = qk_norm[0].contiguous() if qk_norm is not None else torch.empty(0)
-            tensors += [w1.detach().contiguous(), qw, qb, qn, ow, ob, w2.detach().contiguous(), gw, gb, dw, db]
-            ints += [qk, qa, ok, oa, gk, ga, dk, da, inter]
-            floats += [e1, e2, qk_norm[1] if qk_norm is not None else 0.0]
+            (w1, e1), (w2, e2), (qn, qe), (pa, e3), (pf, e4) = (
+                (w.contiguous(), e) for w, e in (L.ln1, L.ln2, L.qk_norm or none, L.post_attn or none,
+                                                 L.post_ff or none))
+            tensors += [w1, qw, qb, qn, ow, ob, w2, gw, gb, dw, db, pa, pf]
+            ints += [qk, qa, ok, oa, gk, ga, dk, da, L.inter, int(self.gelu), L.rope]
+            floats += [e1, e2, qe, e3, e4]
         sliding = [int(w) for w in self.sliding]
-        return lean_layers(tensors, ints, floats, sliding, self.h, self.g, self.d, self.scale)
+        return lean_layers(tensors, ints, floats, sliding, self.h, self.g, self.d, self.scale, self.softcap)
 
     @torch.inference_mode()
     def __call__(self, input_ids, cache, position_ids=None, attn_mask=None, hidden_layers=()):
@@ -191,31 +258,41 @@ class LeanForward:
         n, ctx = input_ids.shape[0], cache.get_seq_length()
         if position_ids is None:
             position_ids = torch.arange(ctx, ctx + n, device=input_ids.device)
-        x = self.embed(input_ids)  # [n, H]
-        cos, sin = self._rope(x, position_ids)  # [1, n, d] each
+        x = self.embed(input_ids)  # [n, H] (Gemma's embedding module scales by sqrt(H) itself)
+        cos, sin = self._rope(x, position_ids)  # [R, n, d] each: one per rope kind
         allowed = None if attn_mask is None else attn_mask == 0  # [n, L] bool, None: causal
         masks = (allowed, self._window_mask(allowed, ctx, position_ids))  # full layers', sliding layers'
         if (self.native is not None and n <= MAX_ROWS and x.device.type == "cpu" and x.dtype == torch.float32
                 and all(type(layer) is GrowingLayer for layer in cache.layers)):
-            x, feats = self._native_call(x, cos[0].contiguous(), sin[0].contiguous(), cache, ctx, masks,
-                                         hidden_layers)
+            x, feats = self._native_call(x, cos.contiguous(), sin.contiguous(), cache, ctx, masks, hidden_layers)
         else:
             x, feats = self._python_layers(x, cos, sin, cache, ctx, masks, hidden_layers)
         H, want = x.shape[-1], set(hidden_layers)
         x = F.rms_norm(x, (H,), self.norm_w, self.norm_eps)
         if self.tie_last and len(self.layers) - 1 in want:  # HF's hidden_states[-1] is the normed output
             feats[len(self.layers) - 1] = x
-        logits = self.lm_head(x).float()  # [n, V]
+        logits = self.lm_head(x)  # [n, V]
+        if self.final_softcap:  # in the head's dtype, as HF
+            logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
+        logits = logits.float()
         if not want:
             return logits, None
         return logits, torch.cat([feats[k] for k in hidden_layers], dim=-1)
 
     def _rope(self, x, position_ids):
-        """cos, sin [1, n, d] of the rows' positions from the model's own rotary_emb (row by row for longrope)."""
-        if not self.rope_per_row:
-            return self.rotary(x, position_ids[None])
-        rows = [self.rotary(x[i:i + 1], position_ids[None, i:i + 1]) for i in range(x.shape[0])]
-        return torch.cat([c for c, _ in rows], 1), torch.cat([s for _, s in rows], 1)
+        """cos, sin [R, n, d] of the rows' positions from the model's own rotary_emb, one per rope kind (Gemma3:
+        rotary_emb(x, positions, kind); else R = 1), row by row for longrope."""
+        def ask(x, pos, kind):  # -> cos, sin [1, rows, d]
+            return self.rotary(x, pos) if kind is None else self.rotary(x, pos, kind)
+
+        pairs = []
+        for kind in self.rope_kinds:
+            if not self.rope_per_row:
+                pairs.append(ask(x, position_ids[None], kind))
+                continue
+            rows = [ask(x[i:i + 1], position_ids[None, i:i + 1], kind) for i in range(x.shape[0])]
+            pairs.append((torch.cat([c for c, _ in rows], 1), torch.cat([s for _, s in rows], 1)))
+        return torch.cat([c for c, _ in pairs]), torch.cat([s for _, s in pairs])
 
     def _window_mask(self, allowed, ctx, position_ids):
         """The sliding layers' allowed columns: `allowed` ([n, L] bool, None: causal) less the columns W or more
@@ -231,7 +308,7 @@ class LeanForward:
         return allowed & ~beyond_window(ctx, position_ids, W)
 
     def _native_call(self, x, cos, sin, cache, ctx, masks, hidden_layers):
-        """The decoder layers in one C++ call: x [n, H], cos/sin [n, d], masks (full layers', sliding layers')
+        """The decoder layers in one C++ call: x [n, H], cos/sin [R, n, d], masks (full layers', sliding layers')
         [n, L] bool or None; the cache's buffers get room for n rows, lean_layers.cpp writes them, then the layers
         take them in. -> (x [n, H], {layer: its output [n, H]})."""
         n = x.shape[0]
@@ -245,11 +322,11 @@ class LeanForward:
         return out[0], dict(zip(hidden_layers, out[1:]))
 
     def _python_layers(self, x, cos, sin, cache, ctx, masks, hidden_layers):
-        """The decoder layers as PyTorch calls (any row count, dtype, device): x [n, H], cos/sin [1, n, d], masks
+        """The decoder layers as PyTorch calls (any row count, dtype, device): x [n, H], cos/sin [R, n, d], masks
         (full layers', sliding layers') [n, L] bool or None (causal) -> (x [n, H], {layer: its output [n, H]})."""
         n, H = x.shape
         h, g, d = self.h, self.g, self.d
-        cos, sin = cos.reshape(n, 1, 2, d // 2), sin.reshape(n, 1, 2, d // 2) * self.sign  # [n, 1, 2, d/2]
+        cos, sin = cos.reshape(-1, n, 1, 2, d // 2), sin.reshape(-1, n, 1, 2, d // 2) * self.sign  # [R, n, 1, 2, d/2]
         if self.row_kernel and n <= MAX_ROWS and x.device.type == "cpu" and x.dtype in KERNEL_DTYPES:
             plans = [(-1, None, mask) for mask in masks]  # row_attention over each layer kind's allowed columns
         else:
@@ -257,18 +334,21 @@ class LeanForward:
             plans = [self._plan(n, ctx, masks[0], None, tree, x)]
             plans.append(self._plan(n, ctx, masks[1], self.window, tree, x) if any(self.sliding) else plans[0])
         want, feats = set(hidden_layers), {}
-        for i, (w1, e1, qkv_proj, qk_norm, o_proj, w2, e2, gate_up, down, inter) in enumerate(self.layers):
-            qkv = qkv_proj(F.rms_norm(x, (H,), w1, e1)).reshape(1, n, h + 2 * g, d)  # [1, n, h + 2g, d]
+        for i, L in enumerate(self.layers):
+            qkv = L.qkv(F.rms_norm(x, (H,), *L.ln1)).reshape(1, n, h + 2 * g, d)  # [1, n, h + 2g, d]
             qk = qkv[0, :, :h + g]  # [n, h + g, d]: q heads, then k heads
-            if qk_norm is not None:
-                qk = F.rms_norm(qk, (d,), None, qk_norm[1]) * qk_norm[0]
+            if L.qk_norm is not None:
+                qk = F.rms_norm(qk, (d,), None, L.qk_norm[1]) * L.qk_norm[0]
             qk = qk.unflatten(-1, (2, d // 2))  # [n, h + g, 2, d/2]
-            qk = (qk * cos + qk.flip(2) * sin).view(1, n, h + g, d)  # RoPE, rotate-half convention
+            qk = (qk * cos[L.rope] + qk.flip(2) * sin[L.rope]).view(1, n, h + g, d)  # RoPE, rotate-half convention
             k_all, v_all = cache.layers[i].update(qk[:, :, h:].transpose(1, 2),  # [1, g, n, d] in, [1, g, L, d] out
                                                   qkv[:, :, h + g:].transpose(1, 2))
-            x = x + o_proj(self._attend(qk[0, :, :h], k_all, v_all, ctx, *plans[self.sliding[i]]))
-            gu = gate_up(F.rms_norm(x, (H,), w2, e2))  # [n, 2I]
-            x = x + down(F.silu(gu[:, :inter]) * gu[:, inter:])
+            y = L.o(self._attend(qk[0, :, :h], k_all, v_all, ctx, *plans[self.sliding[i]]))  # [n, H]
+            x = x + (y if L.post_attn is None else F.rms_norm(y, (H,), *L.post_attn))
+            gu = L.gate_up(F.rms_norm(x, (H,), *L.ln2))  # [n, 2I]
+            act = F.gelu(gu[:, :L.inter], approximate="tanh") if self.gelu else F.silu(gu[:, :L.inter])
+            y = L.down(act * gu[:, L.inter:])
+            x = x + (y if L.post_ff is None else F.rms_norm(y, (H,), *L.post_ff))
             if i in want:
                 feats[i] = x
         return x, feats
@@ -304,16 +384,26 @@ class LeanForward:
         repeated h / g times."""
         n, (h, g, r, d) = q.shape[0], (self.h, self.g, self.r, self.d)
         if exact == -1:
-            out = row_attention(q.float(), k[0].float(), v[0].float(), extra, self.scale)  # [n, h, d] fp32
+            out = row_attention(q.float(), k[0].float(), v[0].float(), extra, self.scale, self.softcap)  # [n, h, d]
             return out.to(q.dtype).reshape(n, h * d)
         outs = []
         for i in range(exact):  # row i as the plain step at cache index ctx + i
             lo = 0 if extra is None else max(0, ctx + i + 1 - extra)
-            outs.append(F.scaled_dot_product_attention(q[i].view(1, g, r, d), k[:, :, lo:ctx + i + 1],
-                                                       v[:, :, lo:ctx + i + 1], scale=self.scale).reshape(1, h * d))
+            outs.append(self._sdpa(q[i].view(1, g, r, d), k[:, :, lo:ctx + i + 1], v[:, :, lo:ctx + i + 1])
+                        .reshape(1, h * d))
         if exact < n:
             m = n - exact
             qg = q[exact:].view(m, g, r, d).permute(1, 2, 0, 3).reshape(1, g, r * m, d)
-            o = F.scaled_dot_product_attention(qg, k, v, attn_mask=rest_mask, scale=self.scale)  # [1, g, r m, d]
+            o = self._sdpa(qg, k, v, rest_mask)  # [1, g, r m, d]
             outs.append(o.reshape(g, r, m, d).permute(2, 0, 1, 3).reshape(m, h * d))
         return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+    def _sdpa(self, q, k, v, mask=None):
+        """PyTorch's SDPA (q [1, g, m, d], k, v [1, g, L, d], mask [m, L] additive or None: every column), or where
+        the scores are soft-capped (Gemma2; SDPA cannot) the same attention written out as HF's eager one."""
+        if not self.softcap:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+        s = torch.tanh(q @ k.transpose(-1, -2) * self.scale / self.softcap) * self.softcap  # [1, g, m, L]
+        if mask is not None:
+            s = s + mask
+        return torch.softmax(s.float(), -1).to(q.dtype) @ v

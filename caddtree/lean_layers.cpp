@@ -1,5 +1,6 @@
-// The decoder layers of a Llama-shaped model (caddtree/lean.py's LeanForward) in one C++ call, for the 1-96 rows of a
-// plain step or a tree verify, CPU, fp32. Built with panel_linear.cpp into one extension by caddtree/kernels.py.
+// The decoder layers of a Llama- or Gemma-shaped model (caddtree/lean.py's LeanForward) in one C++ call, for the 1-96
+// rows of a plain step or a tree verify, CPU, fp32. Built with panel_linear.cpp into one extension by
+// caddtree/kernels.py.
 //
 // Why: at one token per step the Python layer loop's ~25 PyTorch calls per layer (norms, RoPE, cache writes, silu,
 // residuals and the wrappers around the kernels) cost ~4 ms of a ~15 ms SmolLM2-135M step: dispatch, not arithmetic.
@@ -7,9 +8,12 @@
 // (row_attention) are called directly.
 //
 // One layer, row by row, HF's Llama arithmetic:
-//   a = w1 · x / sqrt(mean(x²) + eps1);  [q | k | v] = a Wqkv^T (+ b);  qwen3: q, k RMS-normed per head;
+//   a = w1 · x / sqrt(mean(x²) + eps1);  [q | k | v] = a Wqkv^T (+ b);  qwen3, gemma3: q, k RMS-normed per head;
 //   q, k = RoPE(q), RoPE(k) (rotate-half, cos/sin [n, d] from the model's rotary_emb);  k, v -> cache rows ctx .. ctx+n-1;
 //   x += attention(q, cache) Wo^T;  a = w2 · x / sqrt(mean(x²) + eps2);  [g | u] = a Wgu^T;  x += (silu(g) · u) Wd^T.
+// Gemma2/3 (the norm weights arrive as 1 + w): the attention's and the MLP's outputs are RMS-normed before their
+// residual adds (post_attn, post_ff), gelu-tanh replaces silu, the scores may be soft-capped (Gemma2) and each layer
+// reads the cos/sin of its own kind (Gemma3: local and global RoPE bases).
 //
 // Invariant (exactness): every step here reads one row's own data and runs the same instructions for every row
 // (16-lane vectors over the features, a fixed tail, fixed horizontal sums), and the linears and attention are the
@@ -31,7 +35,7 @@
 torch::Tensor quant_linear(torch::Tensor x, torch::Tensor blocks, int64_t type);
 torch::Tensor panel_linear(torch::Tensor x, torch::Tensor panels, int64_t N);
 torch::Tensor row_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values, torch::Tensor allowed,
-                            double scale);
+                            double scale, double softcap);
 
 namespace {
 
@@ -51,9 +55,12 @@ struct Linear {
 
 struct Layer {
   torch::Tensor ln1, ln2, qk_norm;  // [H], [H]; qwen3: [h + g, d] (q's weight on q heads, k's on k heads), else empty
-  float eps1, eps2, qk_eps;
+  torch::Tensor post_attn, post_ff;  // gemma: [H] each (the norms of the attention's and the MLP's outputs), else empty
+  float eps1, eps2, qk_eps, eps3, eps4;
   Linear qkv, o, gate_up, down;
   int64_t inter;  // I: gate_up's output is [g | u], I columns each
+  bool gelu;      // gelu-tanh(g) · u, else silu(g) · u
+  int64_t rope;   // which cos/sin this layer reads (gemma3: one per layer kind), else 0
   bool sliding;   // attends through the sliding-window mask
 };
 
@@ -78,17 +85,23 @@ inline void rope_row(const float* x, const float* cos, const float* sin, int64_t
   for (int64_t e = half; e < d; ++e) out[e] = x[e] * cos[e] + x[e - half] * sin[e];
 }
 
-// out[0:I] = silu(g) · u, silu(g) = g · sigmoid(g) with sigmoid from e^-|g| (never overflows)
-inline void silu_mul_row(const float* g, const float* u, int64_t I, float* out) {
+// out[0:I] = act(g) · u, act(g) = g · sigmoid(z): silu z = g; gelu-tanh z = 2·sqrt(2/pi)·(g + 0.044715 g³), since
+// 0.5 (1 + tanh(y)) = sigmoid(2y); sigmoid from e^-|z| (never overflows)
+inline void act_mul_row(const float* g, const float* u, int64_t I, bool gelu, float* out) {
+  constexpr float k = 1.5957691216057308f, c = 0.044715f;
   int64_t e = 0;
   const v16 one = v16{} + 1.0f;
   for (; e + W <= I; e += W) {
     const v16 x = load(g + e);
-    const v16 t = exp_nonpositive(x < 0 ? x : -x);  // e^-|x|
-    const v16 sig = x < 0 ? t / (t + one) : one / (t + one);
+    const v16 z = gelu ? k * (x + c * (x * x * x)) : x;
+    const v16 t = exp_nonpositive(z < 0 ? z : -z);  // e^-|z|
+    const v16 sig = z < 0 ? t / (t + one) : one / (t + one);
     store(out + e, x * sig * load(u + e));
   }
-  for (; e < I; ++e) out[e] = g[e] / (1.0f + std::exp(-g[e])) * u[e];
+  for (; e < I; ++e) {
+    const float z = gelu ? k * (g[e] + c * (g[e] * g[e] * g[e])) : g[e];
+    out[e] = g[e] / (1.0f + std::exp(-z)) * u[e];
+  }
 }
 
 void norm_rows(const torch::Tensor& x, const torch::Tensor& w, float eps, torch::Tensor& out) {  // [n, H] -> [n, H]
@@ -104,46 +117,51 @@ void norm_rows(const torch::Tensor& x, const torch::Tensor& w, float eps, torch:
 
 class LeanLayers {
  public:
-  // Per layer, in order: tensors (11) ln1, qkv weights, qkv bias, qk_norm, o weights, o bias, ln2, gate_up weights,
-  // gate_up bias, down weights, down bias (an empty tensor for none); ints (9) kind and arg of qkv, o, gate_up, down,
-  // then I; floats (3) eps1, eps2, qk_eps; sliding (1): whether the layer attends through the sliding-window mask.
+  // Per layer, in order: tensors (13) ln1, qkv weights, qkv bias, qk_norm, o weights, o bias, ln2, gate_up weights,
+  // gate_up bias, down weights, down bias, post_attn, post_ff (an empty tensor for none); ints (11) kind and arg of
+  // qkv, o, gate_up, down, then I, gelu (1) or silu (0), the rope index; floats (5) eps1, eps2, qk_eps, eps3
+  // (post_attn), eps4 (post_ff); sliding (1): whether the layer attends through the sliding-window mask. softcap: the
+  // attention scores' soft cap (Gemma2), 0 for none.
   LeanLayers(std::vector<torch::Tensor> t, std::vector<int64_t> ints, std::vector<double> floats,
-             std::vector<int64_t> sliding, int64_t h, int64_t g, int64_t d, double scale)
-      : h_(h), g_(g), d_(d), scale_(scale) {
-    const size_t count = t.size() / 11;
-    TORCH_CHECK(t.size() == count * 11 && ints.size() == count * 9 && floats.size() == count * 3 &&
+             std::vector<int64_t> sliding, int64_t h, int64_t g, int64_t d, double scale, double softcap)
+      : h_(h), g_(g), d_(d), scale_(scale), softcap_(softcap) {
+    const size_t count = t.size() / 13;
+    TORCH_CHECK(t.size() == count * 13 && ints.size() == count * 11 && floats.size() == count * 5 &&
                     sliding.size() == count,
-                "LeanLayers: 11 tensors, 9 ints, 3 floats and 1 sliding flag per layer");
+                "LeanLayers: 13 tensors, 11 ints, 5 floats and 1 sliding flag per layer");
     TORCH_CHECK(d % W == 0 && h % g == 0, "LeanLayers: head_dim a multiple of 16, heads a multiple of KV heads");
     for (size_t i = 0; i < count; ++i) {
-      const torch::Tensor* a = &t[11 * i];
-      const int64_t* k = &ints[9 * i];
-      for (int j = 0; j < 11; ++j)
+      const torch::Tensor* a = &t[13 * i];
+      const int64_t* k = &ints[11 * i];
+      const double* f = &floats[5 * i];
+      for (int j = 0; j < 13; ++j)
         TORCH_CHECK(!a[j].numel() || (a[j].is_contiguous() && a[j].device().is_cpu()), "LeanLayers: CPU tensors");
       Layer L;
-      L.ln1 = a[0], L.qk_norm = a[3], L.ln2 = a[6];
+      L.ln1 = a[0], L.qk_norm = a[3], L.ln2 = a[6], L.post_attn = a[11], L.post_ff = a[12];
       L.qkv = {a[1], a[2], k[0], k[1]};
       L.o = {a[4], a[5], k[2], k[3]};
       L.gate_up = {a[7], a[8], k[4], k[5]};
       L.down = {a[9], a[10], k[6], k[7]};
-      L.inter = k[8];
-      L.eps1 = float(floats[3 * i]), L.eps2 = float(floats[3 * i + 1]), L.qk_eps = float(floats[3 * i + 2]);
+      L.inter = k[8], L.gelu = k[9] != 0, L.rope = k[10];
+      L.eps1 = float(f[0]), L.eps2 = float(f[1]), L.qk_eps = float(f[2]), L.eps3 = float(f[3]), L.eps4 = float(f[4]);
       L.sliding = sliding[i] != 0;
       layers_.push_back(L);
     }
   }
 
-  // x [n, H] (embedded tokens; not modified), cos/sin [n, d], k_bufs/v_bufs per layer [1, g, capacity, d] whose first
-  // ctx rows are the cache (rows ctx .. ctx + n - 1 are written here), allowed [n, ctx + n] bool or empty (causal) for
-  // full-attention layers, allowed_sliding the same for sliding-window layers (the window already applied),
-  // want: layer ids whose outputs are returned -> [x after the last layer, then one [n, H] per entry of want].
+  // x [n, H] (embedded tokens; not modified), cos/sin [R, n, d] (one per rope index), k_bufs/v_bufs per layer
+  // [1, g, capacity, d] whose first ctx rows are the cache (rows ctx .. ctx + n - 1 are written here), allowed
+  // [n, ctx + n] bool or empty (causal) for full-attention layers, allowed_sliding the same for sliding-window layers
+  // (the window already applied), want: layer ids whose outputs are returned -> [x after the last layer, then one
+  // [n, H] per entry of want].
   std::vector<torch::Tensor> forward(torch::Tensor x, torch::Tensor cos, torch::Tensor sin,
                                      std::vector<torch::Tensor> k_bufs, std::vector<torch::Tensor> v_bufs, int64_t ctx,
                                      torch::Tensor allowed, torch::Tensor allowed_sliding, std::vector<int64_t> want) {
     const int64_t n = x.size(0), H = x.size(1), h = h_, g = g_, d = d_;
-    TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat && cos.sizes() == sin.sizes() && cos.size(0) == n &&
-                    cos.size(1) == d && cos.is_contiguous() && sin.is_contiguous(),
-                "LeanLayers.forward: x [n, H] fp32, cos and sin [n, d] contiguous");
+    TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat && cos.sizes() == sin.sizes() && cos.dim() == 3 &&
+                    cos.size(1) == n && cos.size(2) == d && cos.is_contiguous() && sin.is_contiguous(),
+                "LeanLayers.forward: x [n, H] fp32, cos and sin [R, n, d] contiguous");
+    for (const Layer& L : layers_) TORCH_CHECK(L.rope < cos.size(0), "LeanLayers.forward: a cos/sin per rope index");
     TORCH_CHECK(k_bufs.size() == layers_.size() && v_bufs.size() == layers_.size(), "one k and v buffer per layer");
     std::vector<torch::Tensor> out(1 + want.size());
     x = x.clone(at::MemoryFormat::Contiguous);
@@ -157,12 +175,14 @@ class LeanLayers {
       TORCH_CHECK(kb.sizes() == vb.sizes() && kb.size(0) == g && kb.size(1) >= ctx + n && kb.size(2) == d &&
                       kb.stride(2) == 1 && kb.stride(1) == d && vb.stride(2) == 1 && vb.stride(1) == d,
                   "layer ", i, ": k and v buffers [1, g, >= ctx + n, d] with contiguous rows");
-      write_qkv(L, qkv, cos, sin, ctx, q, kb, vb);
+      write_qkv(L, qkv, cos.select(0, L.rope), sin.select(0, L.rope), ctx, q, kb, vb);
       const auto att = timed(attention_s_, [&] {
         return row_attention(q, kb.narrow(1, 0, ctx + n), vb.narrow(1, 0, ctx + n),
-                             L.sliding ? allowed_sliding : allowed, scale_);
+                             L.sliding ? allowed_sliding : allowed, scale_, softcap_);
       });
-      x.add_(timed(linear_s_, [&] { return L.o(att.view({n, h * d})); }));
+      auto y = timed(linear_s_, [&] { return L.o(att.view({n, h * d})); });  // [n, H]
+      if (L.post_attn.numel()) norm_rows(y, L.post_attn, L.eps3, y);  // in place: each element read before written
+      x.add_(y);
       norm_rows(x, L.ln2, L.eps2, a);
       const auto gu = timed(linear_s_, [&] { return L.gate_up(a); });  // [n, 2I]
       auto act = torch::empty({n, L.inter}, x.options());
@@ -170,9 +190,11 @@ class LeanLayers {
       float* ap = act.data_ptr<float>();
       const int64_t I = L.inter;
       at::parallel_for(0, n, ROW_GRAIN, [&](int64_t i0, int64_t i1) {
-        for (int64_t r = i0; r < i1; ++r) silu_mul_row(gp + r * 2 * I, gp + r * 2 * I + I, I, ap + r * I);
+        for (int64_t r = i0; r < i1; ++r) act_mul_row(gp + r * 2 * I, gp + r * 2 * I + I, I, L.gelu, ap + r * I);
       });
-      x.add_(timed(linear_s_, [&] { return L.down(act); }));
+      auto z = timed(linear_s_, [&] { return L.down(act); });  // [n, H]
+      if (L.post_ff.numel()) norm_rows(z, L.post_ff, L.eps4, z);
+      x.add_(z);
       for (size_t j = 0; j < want.size(); ++j)
         if (want[j] == int64_t(i)) out[1 + j] = x.clone();
     }
@@ -226,7 +248,7 @@ class LeanLayers {
   }
 
   int64_t h_, g_, d_;
-  double scale_, linear_s_ = 0.0, attention_s_ = 0.0;
+  double scale_, softcap_, linear_s_ = 0.0, attention_s_ = 0.0;
   std::vector<Layer> layers_;
 };
 
@@ -234,7 +256,7 @@ void register_lean_layers(pybind11::module_& m) {
   // module_local: tests build this source a second time (another ISA) into a second module of the same process
   pybind11::class_<LeanLayers>(m, "LeanLayers", pybind11::module_local())
       .def(pybind11::init<std::vector<torch::Tensor>, std::vector<int64_t>, std::vector<double>,
-                          std::vector<int64_t>, int64_t, int64_t, int64_t, double>())
+                          std::vector<int64_t>, int64_t, int64_t, int64_t, double, double>())
       .def("forward", &LeanLayers::forward, pybind11::call_guard<pybind11::gil_scoped_release>())
       .def("take_times", &LeanLayers::take_times);
 }

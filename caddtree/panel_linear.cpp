@@ -264,7 +264,7 @@ int64_t quant_rows_per_strip();
 int64_t quant_row_group();
 // attention.cpp
 torch::Tensor row_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values, torch::Tensor allowed,
-                            double scale);
+                            double scale, double softcap);
 // lean_layers.cpp
 void register_lean_layers(pybind11::module_& m);
 // sample.cpp

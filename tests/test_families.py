@@ -36,16 +36,16 @@ def config(family: str, window: int | None, **over):
         return Qwen2Config(**base, use_sliding_window=window is not None, sliding_window=window or 4096,
                            max_window_layers=1)
     if family == "qwen3":
-        return Qwen3Config(**base, head_dim=8)
+        return Qwen3Config(**{"head_dim": 8} | base)
     if family == "mistral":
         return MistralConfig(**base, sliding_window=window)
     if family == "phi3":
         return Phi3Config(**base, sliding_window=window, pad_token_id_=None)
     if family == "gemma2":
-        return Gemma2Config(**base, head_dim=8, sliding_window=window or 4096, query_pre_attn_scalar=8,
+        return Gemma2Config(**{"head_dim": 8} | base, sliding_window=window or 4096, query_pre_attn_scalar=8,
                             attn_logit_softcapping=50.0, final_logit_softcapping=30.0)
     if family == "gemma3":
-        return Gemma3TextConfig(**base, head_dim=8, sliding_window=window or 4096, query_pre_attn_scalar=8,
+        return Gemma3TextConfig(**{"head_dim": 8} | base, sliding_window=window or 4096, query_pre_attn_scalar=8,
                                 layer_types=["sliding_attention", "full_attention", "sliding_attention"])
     raise ValueError(family)
 
@@ -167,17 +167,18 @@ def test_drafter_init_from_target_copies_exactly_or_refuses(family):
             model.init_from_target(target)
 
 
-@pytest.mark.parametrize("family, window", [pytest.param(f, w, id=f"{f}-{name}") for f in ("qwen2", "mistral", "phi3")
+@pytest.mark.parametrize("family, window", [pytest.param(f, w, id=f"{f}-{name}") for f in sorted(WINDOWED)
                                             for name, w in WINDOWS.items()])
 def test_windowed_families_are_exact_by_construction_on_the_lean_forward(family, window):
-    """Mistral, Phi3 (fused projections) and Qwen2 (sliding layers by type) on the CPU kernels and the lean forward,
-    as `load_target` runs them on CPU: the window is applied inside the lean forward (row attention over each layer
-    kind's allowed columns), so exactness is 'guaranteed', and every method gives the cache-free reference's tokens."""
+    """Mistral, Phi3 (fused projections), Qwen2 (sliding layers by type), Gemma2 (soft-capped scores) and Gemma3
+    (RoPE per layer kind) on the CPU kernels and the lean forward, as `load_target` runs them on CPU: the window is
+    applied inside the lean forward (row attention over each layer kind's allowed columns), so exactness is
+    'guaranteed', and every method gives the cache-free reference's tokens."""
     from caddtree.kernels import pack_linears, packing_available
     from caddtree.lean import LeanForward
     if not packing_available():
         pytest.skip("the CPU kernels are not built here")
-    target = tiny(family, window, seed=4, hidden_size=64)  # head_dim 16, as the row kernel takes
+    target = tiny(family, window, seed=4, hidden_size=64, head_dim=16)  # head_dim 16, as the row kernel takes
     target.packed = pack_linears(target.model) > 0
     target.lean = LeanForward(target.model)
     assert target.exactness == "guaranteed" and target.lean.window == window

@@ -79,7 +79,10 @@ def test_half_precision_verify_rows_equal_plain_steps(family, dtype):
 @pytest.mark.parametrize("family", HALF_FAMILIES)
 def test_half_precision_decoding_is_token_identical_for_every_method(family, dtype):
     """ddtree (oracle and random drafters) and caddtree equal plain decoding token for token; the model is the HF
-    model in that dtype (first-token logits within the dtype's rounding of HF's forward); exactness 'guaranteed'."""
+    model in that dtype: its first-token logits are as close to the fp32 model's as HF's own forward in that dtype
+    (within 1.5x its error, plus 1% of the logits' scale: Gemma's soft-capped logits on these tiny models are as noisy
+    in bf16 as their range, 3.0, is small); exactness 'guaranteed'."""
+    fp32 = make_model(family, seed=3)
     model = half_model(family, dtype, seed=3)
     target = Target(model=model, tokenizer=None, name="tiny", fingerprint="tiny", packed=True,
                     lean=LeanForward(model))
@@ -88,8 +91,9 @@ def test_half_precision_decoding_is_token_identical_for_every_method(family, dty
     with torch.inference_mode():
         hf = model(p[None]).logits[0, -1].float()
         ours, _ = target.forward(p, target.new_cache())
-    scale = hf.abs().max().item()
-    assert (ours[-1] - hf).abs().max().item() <= 0.05 * scale
+        ref = fp32(p[None]).logits[0, -1]
+    scale = ref.abs().max().item()
+    assert (ours[-1] - ref).abs().max().item() <= 1.5 * (hf - ref).abs().max().item() + 0.01 * scale
     cost = fit_cost_model(COST, {"target_fingerprint": target.fingerprint})
     plain = Decoder(target).generate(p, 32).tokens
     decoders = {"ddtree-oracle": Decoder(target, OracleDrafter(target, 5, seed=3), method="ddtree", budget=8),

@@ -224,10 +224,12 @@ def test_unbuildable_kernel_falls_back_with_a_warning(tmp_path, monkeypatch):
 
 
 @needs_kernel
-def test_row_attention_matches_softmax_attention_and_each_row_is_its_own():
+@pytest.mark.parametrize("cap", [0.0, 1.0], ids=["plain", "softcapped"])
+def test_row_attention_matches_softmax_attention_and_each_row_is_its_own(cap):
     """Each query row attends its allowed columns alone: the same result as a softmax over exactly those columns
     (GQA: query head i reads KV head i // r), and bit-identical to the same row run alone against just those keys and
-    values in cache order — a tree node equals the plain step that would decode it. Masked columns change nothing."""
+    values in cache order — a tree node equals the plain step that would decode it. Masked columns change nothing.
+    cap > 0: the scores soft-capped first, cap · tanh(s / cap) (Gemma2), which changes the result."""
     torch.manual_seed(0)
     g, h, d, L, n = 2, 6, 32, 70, 6
     buf_k, buf_v = torch.randn(g, 128, d), torch.randn(g, 128, d)  # a cache buffer with spare room, as GrowingLayer
@@ -237,15 +239,18 @@ def test_row_attention_matches_softmax_attention_and_each_row_is_its_own():
     allowed[:, :L - n] = True
     for i, ancestors in enumerate([[], [0], [0, 1], [0, 2], [0, 1, 2, 4], [0, 1, 2, 4, 5]]):  # a tree: gaps
         allowed[i, [L - n + a for a in ancestors] + [L - n + i]] = True
-    got = kernels.row_attention(q, k, v, allowed, 0.125)
+    got = kernels.row_attention(q, k, v, allowed, 0.125, cap)
     for i in range(n):
         cols = allowed[i].nonzero()[:, 0]
         kc, vc = k[:, cols].repeat_interleave(h // g, 0), v[:, cols].repeat_interleave(h // g, 0)  # [h, C, d]
-        want = torch.softmax((kc @ q[i][:, :, None])[..., 0] * 0.125, -1)[:, None] @ vc  # [h, 1, d]
+        s = (kc @ q[i][:, :, None])[..., 0] * 0.125  # [h, C]
+        want = torch.softmax(cap * torch.tanh(s / cap) if cap else s, -1)[:, None] @ vc  # [h, 1, d]
         torch.testing.assert_close(got[i], want[:, 0], rtol=1e-5, atol=1e-6)
-        alone = kernels.row_attention(q[i:i + 1], k[:, cols].contiguous(), v[:, cols].contiguous(), None, 0.125)
+        alone = kernels.row_attention(q[i:i + 1], k[:, cols].contiguous(), v[:, cols].contiguous(), None, 0.125, cap)
         assert torch.equal(alone[0], got[i]), i
-    causal = kernels.row_attention(q, k, v, None, 0.125)  # no mask: row i sees columns 0 .. L - n + i
+    causal = kernels.row_attention(q, k, v, None, 0.125, cap)  # no mask: row i sees columns 0 .. L - n + i
     for i in range(n):
         assert torch.equal(causal[i], kernels.row_attention(q[i:i + 1], k[:, :L - n + i + 1], v[:, :L - n + i + 1],
-                                                            None, 0.125)[0])
+                                                            None, 0.125, cap)[0])
+    if cap:
+        assert (got - kernels.row_attention(q, k, v, allowed, 0.125)).abs().max() > 1e-3

@@ -1,7 +1,8 @@
 """caddtree.lean: the lean forward gives the HF model's logits and features (llama tied / untied with biases and llama3
-rope, qwen2 biases, qwen3 qk-norm, mistral, phi3's fused projections; sliding windows shorter than the context on every
-layer (mistral, phi3) or some (qwen2's layer types)), its verify rows equal plain steps bit for bit where that is
-possible, and greedy decoding through it is the same for ar, ddtree and caddtree.
+rope, qwen2 biases, qwen3 qk-norm, mistral, phi3's fused projections, gemma2's four (1 + w) norms, gelu-tanh and
+soft-capped attention scores and logits, gemma3's qk-norm and RoPE per layer kind; sliding windows shorter than the
+context on every layer (mistral, phi3) or some (qwen2's, gemma's layer types)), its verify rows equal plain steps bit
+for bit where that is possible, and greedy decoding through it is the same for ar, ddtree and caddtree.
 
 Timing (not asserted here): `python scripts/step_profile.py` splits one decoding step of SmolLM2 by part.
 """
@@ -9,7 +10,8 @@ Timing (not asserted here): `python scripts/step_profile.py` splits one decoding
 import numpy as np
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
+from transformers import (Gemma2Config, Gemma3TextConfig, GPT2Config, GPT2LMHeadModel, LlamaConfig, MistralConfig,
+                          Phi3Config, Qwen2Config, Qwen3Config)
 from transformers import AutoModelForCausalLM
 
 from caddtree.costmodel import CostModel
@@ -39,6 +41,14 @@ FAMILIES = {
     "mistral-window": lambda: MistralConfig(**SMALL, sliding_window=WINDOW),
     "qwen2-window": lambda: Qwen2Config(**SMALL, use_sliding_window=True, sliding_window=WINDOW, max_window_layers=1),
     "phi3-window": lambda: Phi3Config(**SMALL, sliding_window=WINDOW, resid_pdrop=0.0),
+    # caps small enough to bend the scores (|s| ~ 1-5 here) and the logits; SDPA refuses soft-capping: eager
+    "gemma2-window": lambda: Gemma2Config(**SMALL | {"attn_implementation": "eager"}, head_dim=16,
+                                          query_pre_attn_scalar=16, sliding_window=WINDOW, attn_logit_softcapping=2.0,
+                                          final_logit_softcapping=3.0),
+    # local and global RoPE bases differ per layer kind; two sliding layers, one full
+    "gemma3-window": lambda: Gemma3TextConfig(**SMALL, head_dim=16, query_pre_attn_scalar=16, sliding_window=WINDOW,
+                                              layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                              final_logit_softcapping=3.0),
 }
 # a tree over [root, nodes]: chain root -> 0 -> 1 -> 2 (rows 0-3 see a causal prefix), node 3 a second child of the
 # root and node 4 its child (rows 4-5 see the cache through gaps)
@@ -277,7 +287,9 @@ def test_unsupported_models_are_named():
     dynamic = LlamaConfig(**SMALL, rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0})
     assert lean_unsupported(AutoModelForCausalLM.from_config(dynamic)).startswith("rope_type dynamic")
     assert lean_unsupported(AutoModelForCausalLM.from_config(LlamaConfig(**SMALL, hidden_act="gelu"))) == \
-        "hidden_act gelu"
+        "hidden activation gelu"
+    bidirectional = Gemma3TextConfig(**SMALL, head_dim=16, use_bidirectional_attention=True)
+    assert lean_unsupported(AutoModelForCausalLM.from_config(bidirectional)) == "bidirectional attention"
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=32, n_layer=1, n_head=2, n_positions=64))
     assert lean_unsupported(gpt2) == "model_type gpt2"
     with pytest.raises(ValueError, match="model_type gpt2"):
