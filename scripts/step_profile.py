@@ -3,6 +3,9 @@ rest (norms, RoPE, cache writes, Python and dispatch overhead), for each weights
 
     python scripts/step_profile.py [--target smollm2-135m-instruct] [--ctx 300] [--threads 2] [--steps 60]
 
+--target takes what `caddtree generate` takes; for a Hugging Face directory or hub id the GGUF-block ('native') rows
+are skipped.
+
 Each configuration's step is timed whole (median over --steps) and, in a second pass, with every call of the linears
 and of attention timed individually (means per step; 'other' = that pass's mean step - linears - LM head - attention:
 norms, RoPE, cache writes, Python and dispatch). Prints a Markdown table
@@ -18,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from caddtree import kernels, lean
+from caddtree.errors import CaddtreeError
 from caddtree.files import cpu_name
 from caddtree.kernels import PackedLinear, QuantLinear
 from caddtree.target import load_target
@@ -26,6 +30,7 @@ CONFIGS = {  # name -> load_target keywords (python_layers: the lean forward wit
     "native, lean": dict(weights="native"),
     "native, lean, Python layers": dict(weights="native", python_layers=True),
     "fp32 panel, lean": dict(weights="fp32"),
+    "fp32 panel, HF forward": dict(weights="fp32", lean=False),
     "native, HF forward": dict(weights="native", lean=False),
     "HF as loaded (fp32, PyTorch linears)": dict(weights="fp32", pack=False, lean=False),
 }
@@ -142,7 +147,11 @@ def main() -> None:
     for name, kw in CONFIGS.items():
         kw = dict(kw)
         python_layers = kw.pop("python_layers", False)
-        target = load_target(args.target, device="cpu", **kw)
+        try:
+            target = load_target(args.target, device="cpu", **kw)
+        except CaddtreeError as e:  # e.g. native weights for a target that is not a GGUF file
+            print(f"| {name} | n/a: {e} |")
+            continue
         if python_layers:
             target.lean = lean.LeanForward(target.model, native=False)
         whole = statistics.median(time_steps(target, args.ctx, args.steps))
