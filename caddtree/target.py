@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 from caddtree.errors import CaddtreeError
 from caddtree.files import cache_dir, publish_dir_once
-from caddtree.gguf_weights import use_gguf_blocks
+from caddtree.gguf_weights import ARCH as NATIVE_FAMILIES, use_gguf_blocks
 from caddtree.kernels import KERNEL_DTYPES, pack_linears
 from caddtree.kvcache import GrowingLayer
 from caddtree.lean import LeanForward, beyond_window, lean_unsupported
@@ -324,7 +325,8 @@ def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, 
     """Load a target by built-in name, local HF directory, local .gguf file or hub id.
 
     weights: 'native' runs a GGUF file's linears on its own blocks (caddtree.gguf_weights; CPU, fp32 activations),
-    'fp32' on the dequantised fp32 weights; 'auto': native for a GGUF target on CPU, else fp32.
+    'fp32' on the dequantised fp32 weights; 'auto': native for a GGUF target on CPU of a family the block map knows
+    (`gguf_weights.ARCH`), else fp32 (one notice line for a GGUF of another family).
     pack: run the remaining linears with caddtree.kernels' CPU kernels (fp32: panels, one extra copy; fp16/bf16:
     the weights in place); default: on, on CPU. lean: run `caddtree.lean.LeanForward` instead of the HF forward
     (default: on CPU where it supports the model).
@@ -343,6 +345,10 @@ def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, 
     model, tok, digest = _load_model(spec, gguf, dtype)
     model.to(device).eval()
     native = gguf is not None and on_cpu and dtype == torch.float32 and weights != "fp32"
+    if native and weights == "auto" and model.config.model_type not in NATIVE_FAMILIES:
+        print(f"caddtree: {Path(spec).name} is a {model.config.model_type} model: its GGUF blocks are read natively "
+              f"only for {', '.join(sorted(NATIVE_FAMILIES))}; running its dequantised fp32 weights", file=sys.stderr)
+        native = False
     if native:
         use_gguf_blocks(model, gguf)
     if pack is None:

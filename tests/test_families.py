@@ -5,6 +5,8 @@ What it guards: the cache keeps every layer consistent through compaction (slidi
 mask applies each layer's window (one mask for Mistral/Phi3, a mask per layer type for Qwen2/Gemma), and models whose
 attention refuses SDPA (Gemma2's softcapping) load with eager attention.
 """
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig,
@@ -148,6 +150,24 @@ def test_a_model_that_refuses_sdpa_loads_with_eager_attention(tmp_path):
     p = prompt(0, PROMPT, V)
     assert Decoder(t, RandomDrafter(V), method="ddtree", budget=6).generate(p, 12).tokens == \
         reference_greedy(t, p, 12)
+
+
+def test_a_gguf_of_a_family_without_a_block_map_runs_fp32_by_default(monkeypatch, capsys):
+    """A Gemma3 GGUF (no native block map for its family): the default `--weights auto` runs its dequantised fp32
+    weights with one notice line instead of failing; `--weights native` refuses in one line. The file itself is
+    stood in for (transformers' GGUF loader is not under test here)."""
+    import caddtree.target as tgt
+    from caddtree.kernels import packing_available
+    models = iter([tiny("gemma3", 64, hidden_size=64, head_dim=16).model, tiny("gemma3", 64).model])
+    monkeypatch.setattr(tgt, "_gguf_path", lambda spec: Path(spec))
+    monkeypatch.setattr(tgt, "_load_model", lambda spec, gguf, dtype: (next(models), None, "0" * 16))
+    t = tgt.load_target("/nowhere/gemma-3-tiny-Q8_0.gguf", device="cpu")
+    err = capsys.readouterr().err
+    assert t.weights == "fp32" and "gemma-3-tiny-Q8_0.gguf is a gemma3_text model" in err and len(err.splitlines()) == 1
+    if packing_available():
+        assert t.lean is not None and t.exactness == "guaranteed"
+        with pytest.raises(CaddtreeError, match="--weights native supports GGUF files of"):
+            tgt.load_target("/nowhere/gemma-3-tiny-Q8_0.gguf", device="cpu", weights="native")
 
 
 @pytest.mark.parametrize("family", FAMILIES)
