@@ -23,7 +23,10 @@ from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorPr
 from caddtree.errors import CaddtreeError
 from caddtree.kernels import GGML_TYPES, QuantLinear, packing_available
 
-ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}  # model_type -> processor name
+# model_type -> transformers' tensor processor: Llama's permutes Q/K rows (moved here as whole block rows), Gemma's
+# shifts the norms llama.cpp stores as 1 + w (not linears), Phi3's fused attn_qkv / ffn_up load as stored
+ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
+        "gemma3_text": "gemma3", "phi3": "phi3"}
 
 
 def _row_order(processor: TensorProcessor, gguf_name: str, rows: int) -> np.ndarray:

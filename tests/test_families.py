@@ -153,21 +153,21 @@ def test_a_model_that_refuses_sdpa_loads_with_eager_attention(tmp_path):
 
 
 def test_a_gguf_of_a_family_without_a_block_map_runs_fp32_by_default(monkeypatch, capsys):
-    """A Gemma3 GGUF (no native block map for its family): the default `--weights auto` runs its dequantised fp32
-    weights with one notice line instead of failing; `--weights native` refuses in one line. The file itself is
-    stood in for (transformers' GGUF loader is not under test here)."""
+    """A GGUF of a family the native block map does not know (GPT-2 here; transformers reads such files): the default
+    `--weights auto` runs its dequantised fp32 weights with one notice line instead of failing; `--weights native`
+    refuses in one line. The file itself is stood in for (transformers' GGUF loader is not under test here)."""
     import caddtree.target as tgt
+    from transformers import GPT2Config, GPT2LMHeadModel
     from caddtree.kernels import packing_available
-    models = iter([tiny("gemma3", 64, hidden_size=64, head_dim=16).model, tiny("gemma3", 64).model])
     monkeypatch.setattr(tgt, "_gguf_path", lambda spec: Path(spec))
-    monkeypatch.setattr(tgt, "_load_model", lambda spec, gguf, dtype: (next(models), None, "0" * 16))
-    t = tgt.load_target("/nowhere/gemma-3-tiny-Q8_0.gguf", device="cpu")
+    monkeypatch.setattr(tgt, "_load_model", lambda spec, gguf, dtype: (
+        GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=32, n_layer=1, n_head=2, n_positions=64)), None, "0" * 16))
+    t = tgt.load_target("/nowhere/gpt2-tiny-Q8_0.gguf", device="cpu")
     err = capsys.readouterr().err
-    assert t.weights == "fp32" and "gemma-3-tiny-Q8_0.gguf is a gemma3_text model" in err and len(err.splitlines()) == 1
+    assert t.weights == "fp32" and "gpt2-tiny-Q8_0.gguf is a gpt2 model" in err and len(err.splitlines()) == 1
     if packing_available():
-        assert t.lean is not None and t.exactness == "guaranteed"
         with pytest.raises(CaddtreeError, match="--weights native supports GGUF files of"):
-            tgt.load_target("/nowhere/gemma-3-tiny-Q8_0.gguf", device="cpu", weights="native")
+            tgt.load_target("/nowhere/gpt2-tiny-Q8_0.gguf", device="cpu", weights="native")
 
 
 @pytest.mark.parametrize("family", FAMILIES)

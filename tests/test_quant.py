@@ -3,22 +3,25 @@
 What must hold: its weights are gguf-py's dequantized values bit for bit (so native and fp32 are the same model), a
 row's result does not depend on how many rows share the call (plain steps and tree verification compute a token's
 logits alike), in every build this CPU can run (AVX-512, AVX2, scalar), on 1 or 2 threads; and decoding with it is
-lossless.
+lossless, on SmolLM2's file (test_smollm2.py) and on tiny Gemma2 / Gemma3 / Phi3 files written here.
 """
 import os
 import shutil
 
+import gguf
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from gguf import GGMLQuantizationType, quants
 from torch import nn
+from transformers import AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, Phi3Config
 from torch.utils.cpp_extension import is_ninja_available, load
 
 from caddtree import kernels
 from caddtree.engine import Decoder
 from caddtree.files import cpu_tag
+from caddtree.gguf_weights import use_gguf_blocks
 from caddtree.kernels import BLOCK_BYTES, GGML_TYPES, MAX_ROWS, QuantLinear, fuse_linears, packing_available
 from conftest import OracleDrafter, RandomDrafter, make_tiny_target, reference_greedy
 
@@ -206,3 +209,86 @@ def test_gguf_tensors_of_every_read_type_come_back_as_their_stored_blocks(tmp_pa
     for t in GGUFReader(str(tmp_path / "t.gguf")).tensors:
         got = QuantLinear(block_rows(t, order), GGML_TYPES[t.name], 64).dequantized()
         assert torch.equal(got, want[t.name][order]), t.name
+
+
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            max_position_embeddings=512)
+GGUF_FAMILIES = {  # family -> (gguf arch, HF config, loading keywords)
+    "gemma2": (gguf.MODEL_ARCH.GEMMA2, lambda: Gemma2Config(**TINY, vocab_size=256, num_key_value_heads=2, head_dim=16,
+                                                            query_pre_attn_scalar=16, sliding_window=8),
+               {"attn_implementation": "eager"}),
+    "gemma3": (gguf.MODEL_ARCH.GEMMA3, lambda: Gemma3TextConfig(**TINY, vocab_size=256, num_key_value_heads=2,
+                                                                head_dim=16, query_pre_attn_scalar=256,
+                                                                sliding_window=8), {}),
+    # the vocabulary of Phi-3 (transformers' GGUF config keeps Phi3's default pad id, 32000)
+    "phi3": (gguf.MODEL_ARCH.PHI3, lambda: Phi3Config(**TINY, vocab_size=32064, num_key_value_heads=4,
+                                                      pad_token_id=0), {}),
+}
+
+
+def write_tiny_gguf(folder, family: str, seed: int = 0):
+    """A random tiny model of `family` written with gguf-py the way llama.cpp's converter lays one out (its tensor
+    names, Q4_0 linears, a Q8_0 embedding / head, F32 norms, Gemma's stored as 1 + w) -> the file's path."""
+    arch, config, _ = GGUF_FAMILIES[family]
+    torch.manual_seed(seed)
+    cfg = config()
+    model = AutoModelForCausalLM.from_config(cfg)
+    path = folder / f"tiny-{family}.gguf"
+    w = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
+    d = cfg.hidden_size // cfg.num_attention_heads if family == "phi3" else cfg.head_dim
+    w.add_context_length(cfg.max_position_embeddings), w.add_block_count(cfg.num_hidden_layers)
+    w.add_feed_forward_length(cfg.intermediate_size), w.add_embedding_length(cfg.hidden_size)
+    w.add_key_length(d), w.add_value_length(d), w.add_rope_dimension_count(d)
+    w.add_head_count(cfg.num_attention_heads), w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps), w.add_rope_freq_base(1e4), w.add_vocab_size(cfg.vocab_size)
+    if family != "phi3":
+        w.add_sliding_window(cfg.sliding_window)
+    names = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)
+    for hf, t in model.state_dict().items():
+        a = t.detach().float().numpy()
+        name = names.get_name(hf, try_suffixes=(".weight", ".bias"))
+        if name is None:  # Gemma's tied head: the embedding is the head
+            assert hf == "lm_head.weight" and family != "phi3"
+        elif a.ndim == 1:
+            w.add_tensor(name, a + 1 if family != "phi3" else a)
+        else:
+            kind = GGMLQuantizationType.Q8_0 if "embed" in hf or "lm_head" in hf else GGMLQuantizationType.Q4_0
+            w.add_tensor(name, quants.quantize(a, kind), raw_dtype=kind)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    return path
+
+
+@needs_kernel
+@pytest.mark.parametrize("family", sorted(GGUF_FAMILIES))
+def test_gguf_files_of_gemma_and_phi3_decode_on_their_own_blocks(tmp_path, family):
+    """A GGUF of Gemma2, Gemma3 or Phi3 (fused q/k/v and gate/up as stored): transformers loads it, every linear goes
+    onto the file's blocks (each checked at load against the fp32 weights transformers built, bit for bit), the lean
+    forward runs them with exactness 'guaranteed', and greedy ar / ddtree / caddtree on the blocks give the tokens of
+    plain decoding of the fp32 model loaded from the same file."""
+    from caddtree.costmodel import fit_cost_model
+    from caddtree.lean import LeanForward
+    from caddtree.target import Target
+    path = write_tiny_gguf(tmp_path, family)
+    keywords = GGUF_FAMILIES[family][2]
+    load = lambda: AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, dtype=torch.float32,  # noqa
+                                                        **keywords).eval()
+    model, fp32 = load(), load()
+    counts = use_gguf_blocks(model, path)
+    assert counts == {"Q4_0": 4 * 2 if family == "phi3" else 7 * 2, "Q8_0": 1}, counts
+    assert not any(type(m) is nn.Linear for m in model.modules())
+    target = Target(model=model, tokenizer=None, name=family, fingerprint=family, packed=True, weights="native",
+                    lean=LeanForward(model))
+    assert target.exactness == "guaranteed" and target.lean.native is not None
+    reference = Target(model=fp32, tokenizer=None, name="fp32", fingerprint="fp32")
+    V = model.config.vocab_size
+    costs = {"ns": [0, 1, 2, 4, 8, 16], "ctxs": [16, 256], "draft_ms": [1.0, 1.2], "overhead_ms": 0.2,
+             "verify_ms": [[5, 6, 6.5, 7, 8, 10], [6, 7, 7.5, 8, 9.5, 12]]}
+    cost = fit_cost_model(costs, {"target_fingerprint": family})
+    for seed in (0, 1):
+        p = torch.randint(2, V, (12,), generator=torch.Generator().manual_seed(seed))
+        plain = Decoder(target).generate(p, 24).tokens
+        assert plain == reference_greedy(reference, p, 24)
+        for dec in (Decoder(target, OracleDrafter(target, 5, seed=seed), method="ddtree", budget=8),
+                    Decoder(target, RandomDrafter(V, 4, seed=seed), method="ddtree", budget=12),
+                    Decoder(target, OracleDrafter(target, 5, seed=seed), method="caddtree", cost_model=cost)):
+            assert dec.generate(p, 24).tokens == plain, dec.method
