@@ -236,11 +236,13 @@ def write_tiny_gguf(folder, family: str, seed: int = 0):
     path = folder / f"tiny-{family}.gguf"
     w = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
     d = cfg.hidden_size // cfg.num_attention_heads if family == "phi3" else cfg.head_dim
-    w.add_context_length(cfg.max_position_embeddings), w.add_block_count(cfg.num_hidden_layers)
-    w.add_feed_forward_length(cfg.intermediate_size), w.add_embedding_length(cfg.hidden_size)
-    w.add_key_length(d), w.add_value_length(d), w.add_rope_dimension_count(d)
-    w.add_head_count(cfg.num_attention_heads), w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps), w.add_rope_freq_base(1e4), w.add_vocab_size(cfg.vocab_size)
+    for add, value in [(w.add_context_length, cfg.max_position_embeddings), (w.add_block_count, cfg.num_hidden_layers),
+                       (w.add_feed_forward_length, cfg.intermediate_size), (w.add_embedding_length, cfg.hidden_size),
+                       (w.add_key_length, d), (w.add_value_length, d), (w.add_rope_dimension_count, d),
+                       (w.add_head_count, cfg.num_attention_heads), (w.add_head_count_kv, cfg.num_key_value_heads),
+                       (w.add_layer_norm_rms_eps, cfg.rms_norm_eps), (w.add_rope_freq_base, 1e4),
+                       (w.add_vocab_size, cfg.vocab_size)]:
+        add(value)
     if family != "phi3":
         w.add_sliding_window(cfg.sliding_window)
     names = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)
@@ -254,7 +256,10 @@ def write_tiny_gguf(folder, family: str, seed: int = 0):
         else:
             kind = GGMLQuantizationType.Q8_0 if "embed" in hf or "lm_head" in hf else GGMLQuantizationType.Q4_0
             w.add_tensor(name, quants.quantize(a, kind), raw_dtype=kind)
-    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     return path
 
 
