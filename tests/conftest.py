@@ -81,6 +81,11 @@ class OracleDrafter(Drafter):
         return torch.stack(lp)
 
 
+# cost measurements of a made-up machine (`fit_cost_model`'s input): a node adds ~0.5-1 ms to a 5-6 ms step
+TOY_COSTS = {"ns": [0, 1, 2, 4, 8, 16], "ctxs": [16, 256], "draft_ms": [1.0, 1.2], "overhead_ms": 0.2,
+             "verify_ms": [[5, 6, 6.5, 7, 8, 10], [6, 7, 7.5, 8, 9.5, 12]]}
+
+
 def prompt(seed: int, length: int = 12, vocab: int = 64) -> torch.Tensor:
     return torch.randint(2, vocab, (length,), generator=torch.Generator().manual_seed(seed))
 

@@ -19,7 +19,7 @@ from caddtree.engine import Decoder
 from caddtree.target import Target, _load_dir
 from caddtree.tree import build_tree
 from caddtree.verify import verify_tree
-from conftest import OracleDrafter, RandomDrafter, prompt, reference_greedy
+from conftest import TOY_COSTS, OracleDrafter, RandomDrafter, prompt, reference_greedy
 
 V, NEW, PROMPT = 64, 24, 12  # the context reaches 36 tokens
 BASE = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
@@ -66,8 +66,6 @@ def tiny(family: str, window: int | None, seed: int = 0, **over) -> Target:
     return Target(model=model, tokenizer=None, name=f"tiny-{family}", fingerprint=f"tiny-{family}")
 
 
-COST = {"ns": [0, 1, 2, 4, 8, 16], "ctxs": [16, 256], "verify_ms": [[5, 6, 6.5, 7, 8, 10], [6, 7, 7.5, 8, 9.5, 12]],
-        "draft_ms": [1.0, 1.2], "overhead_ms": 0.2}
 
 
 def cases():
@@ -81,7 +79,7 @@ def test_every_method_is_token_identical_to_cache_free_greedy(family, window):
     target = tiny(family, window)
     if window is not None:
         assert target.window[0] == window
-    cost = fit_cost_model(COST, {"target_fingerprint": target.fingerprint})
+    cost = fit_cost_model(TOY_COSTS, {"target_fingerprint": target.fingerprint})
     for seed in (0, 1):
         p = prompt(seed, PROMPT, V)
         want = reference_greedy(target, p, NEW)
@@ -202,7 +200,7 @@ def test_windowed_families_are_exact_by_construction_on_the_lean_forward(family,
     target.packed = pack_linears(target.model) > 0
     target.lean = LeanForward(target.model)
     assert target.exactness == "guaranteed" and target.lean.window == window
-    cost = fit_cost_model(COST, {"target_fingerprint": target.fingerprint})
+    cost = fit_cost_model(TOY_COSTS, {"target_fingerprint": target.fingerprint})
     for seed in (0, 1):
         p = prompt(seed, PROMPT, V)
         want = reference_greedy(target, p, NEW)

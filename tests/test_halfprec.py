@@ -14,7 +14,7 @@ from caddtree.engine import Decoder
 from caddtree.kernels import HALF_TYPES, MAX_ROWS, QuantLinear, half_linear, pack_linears, packing_available
 from caddtree.lean import LeanForward
 from caddtree.target import Target, load_target
-from conftest import OracleDrafter, RandomDrafter, prompt
+from conftest import TOY_COSTS, OracleDrafter, RandomDrafter, prompt
 from test_lean import FAMILIES, V, make_model, plain_and_tree
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="CPU kernels not built (no C++ compiler or ninja)")
@@ -22,8 +22,6 @@ DTYPES = [torch.bfloat16, torch.float16]
 # test_lean's families but mistral, whose test config has a 100-wide MLP (tails for the fp32 kernels) that half_linear
 # leaves to PyTorch (the not-guaranteed case: test_load_target_in_bf16...); its layers are Llama's
 HALF_FAMILIES = sorted(f for f in FAMILIES if f != "mistral")
-COST = {"ns": [0, 1, 2, 4, 8, 16], "ctxs": [16, 256], "verify_ms": [[5, 6, 6.5, 7, 8, 10], [6, 7, 7.5, 8, 9.5, 12]],
-        "draft_ms": [1.0, 1.2], "overhead_ms": 0.2}
 
 
 def half_model(family: str, dtype: torch.dtype, seed: int = 0):
@@ -94,7 +92,7 @@ def test_half_precision_decoding_is_token_identical_for_every_method(family, dty
         ref = fp32(p[None]).logits[0, -1]
     scale = ref.abs().max().item()
     assert (ours[-1] - ref).abs().max().item() <= 1.5 * (hf - ref).abs().max().item() + 0.01 * scale
-    cost = fit_cost_model(COST, {"target_fingerprint": target.fingerprint})
+    cost = fit_cost_model(TOY_COSTS, {"target_fingerprint": target.fingerprint})
     plain = Decoder(target).generate(p, 32).tokens
     decoders = {"ddtree-oracle": Decoder(target, OracleDrafter(target, 5, seed=3), method="ddtree", budget=8),
                 "ddtree-random": Decoder(target, RandomDrafter(V, 4, seed=3), method="ddtree", budget=12),

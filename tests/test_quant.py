@@ -23,7 +23,7 @@ from caddtree.engine import Decoder
 from caddtree.files import cpu_tag
 from caddtree.gguf_weights import use_gguf_blocks
 from caddtree.kernels import BLOCK_BYTES, GGML_TYPES, MAX_ROWS, QuantLinear, fuse_linears, packing_available
-from conftest import OracleDrafter, RandomDrafter, make_tiny_target, reference_greedy
+from conftest import TOY_COSTS, OracleDrafter, RandomDrafter, make_tiny_target, reference_greedy
 
 needs_kernel = pytest.mark.skipif(not packing_available(), reason="CPU kernels not built (no C++ compiler or ninja)")
 TYPES = list(GGML_TYPES)
@@ -286,9 +286,7 @@ def test_gguf_files_of_gemma_and_phi3_decode_on_their_own_blocks(tmp_path, famil
     assert target.exactness == "guaranteed" and target.lean.native is not None
     reference = Target(model=fp32, tokenizer=None, name="fp32", fingerprint="fp32")
     V = model.config.vocab_size
-    costs = {"ns": [0, 1, 2, 4, 8, 16], "ctxs": [16, 256], "draft_ms": [1.0, 1.2], "overhead_ms": 0.2,
-             "verify_ms": [[5, 6, 6.5, 7, 8, 10], [6, 7, 7.5, 8, 9.5, 12]]}
-    cost = fit_cost_model(costs, {"target_fingerprint": family})
+    cost = fit_cost_model(TOY_COSTS, {"target_fingerprint": family})
     for seed in (0, 1):
         p = torch.randint(2, V, (12,), generator=torch.Generator().manual_seed(seed))
         plain = Decoder(target).generate(p, 24).tokens
