@@ -216,8 +216,8 @@ class LeanForward:
             qkv, gate_up = fuse_linears([a.q_proj, a.k_proj, a.v_proj]), fuse_linears([m.gate_proj, m.up_proj])
             inter = m.gate_proj.out_features
         if gemma:  # Gemma's post_attention_layernorm norms the attention's output; pre_feedforward the MLP's input
-            post_attn, ln2 = _norm_of(layer.post_attention_layernorm, True), _norm_of(layer.pre_feedforward_layernorm,
-                                                                                       True)
+            post_attn = _norm_of(layer.post_attention_layernorm, True)
+            ln2 = _norm_of(layer.pre_feedforward_layernorm, True)
             post_ff = _norm_of(layer.post_feedforward_layernorm, True)
         else:
             post_attn, ln2, post_ff = None, _norm_of(layer.post_attention_layernorm, False), None
