@@ -217,16 +217,42 @@ inline void dequant_block(const uint8_t* b, float* out) {
 }
 #endif
 
-// out [K] = one weight row of nb blocks, dequantized
-inline void dequant_row(int64_t type, const uint8_t* row, int64_t nb, int64_t bb, float* out) {
+// Prefetch, spread over the block loop: while a row's blocks are read at b, the same place `ahead` bytes on (whole
+// strips, at least PREFETCH_BYTES) is asked for, one cache line at a time (every 64 / block_bytes blocks, so no line
+// is skipped). Why spread: a burst of a whole strip's prefetches at each strip's start (the previous scheme) held all
+// of a core's line-fill buffers at once, and the kernel streamed from memory at half a plain read's rate (Intel Xeon,
+// 2 threads: the SmolLM2 body + head 11.2 -> 5.8 ms; docs/design.md). Prefetches never fault: reading past the
+// tensor's end asks for lines nobody uses.
+constexpr int64_t PREFETCH_BYTES = 6144;
+inline int64_t prefetch_ahead(int64_t strip_bytes) {
+  return (PREFETCH_BYTES + strip_bytes - 1) / strip_bytes * strip_bytes;
+}
+template <int64_t bb>
+constexpr int64_t prefetch_every() { return bb >= 64 ? 1 : 64 / bb; }  // blocks per prefetched line
+inline void prefetch_line(const uint8_t* p) {
+#if defined(__AVX2__) || defined(__AVX512F__)
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+#endif
+}
+
+// out [K] = one weight row of nb blocks, dequantized (and the line `ahead` bytes on asked for, as the block loop goes)
+template <int64_t type>
+inline void dequant_blocks(const uint8_t* row, int64_t nb, int64_t ahead, float* out) {
+  constexpr int64_t bb = block_bytes(type);
+  for (int64_t b = 0; b < nb; ++b) {
+    if (ahead > 0 && b % prefetch_every<bb>() == 0) prefetch_line(row + ahead + b * bb);
+    dequant_block<type>(row + b * bb, out + b * QK);
+  }
+}
+inline void dequant_row(int64_t type, const uint8_t* row, int64_t nb, int64_t ahead, float* out) {
   switch (type) {
-    case Q4_0: for (int64_t b = 0; b < nb; ++b) dequant_block<Q4_0>(row + b * bb, out + b * QK); break;
-    case Q4_1: for (int64_t b = 0; b < nb; ++b) dequant_block<Q4_1>(row + b * bb, out + b * QK); break;
-    case Q8_0: for (int64_t b = 0; b < nb; ++b) dequant_block<Q8_0>(row + b * bb, out + b * QK); break;
-    case Q4_0S: for (int64_t b = 0; b < nb; ++b) dequant_block<Q4_0S>(row + b * bb, out + b * QK); break;
-    case Q4_1S: for (int64_t b = 0; b < nb; ++b) dequant_block<Q4_1S>(row + b * bb, out + b * QK); break;
-    case BF16: for (int64_t b = 0; b < nb; ++b) dequant_block<BF16>(row + b * bb, out + b * QK); break;
-    default: for (int64_t b = 0; b < nb; ++b) dequant_block<F16>(row + b * bb, out + b * QK); break;
+    case Q4_0: dequant_blocks<Q4_0>(row, nb, ahead, out); break;
+    case Q4_1: dequant_blocks<Q4_1>(row, nb, ahead, out); break;
+    case Q8_0: dequant_blocks<Q8_0>(row, nb, ahead, out); break;
+    case Q4_0S: dequant_blocks<Q4_0S>(row, nb, ahead, out); break;
+    case Q4_1S: dequant_blocks<Q4_1S>(row, nb, ahead, out); break;
+    case BF16: dequant_blocks<BF16>(row, nb, ahead, out); break;
+    default: dequant_blocks<F16>(row, nb, ahead, out); break;
   }
 }
 
@@ -305,31 +331,21 @@ void strip_all_rows(const float* x, int64_t M, int64_t K, const float* w, float*
   }
 }
 
-// The strip PREFETCH_STRIPS ahead, asked for now: a strip is one contiguous run of R rows of blocks (1.4-2.4 KB for
-// SmolLM2), and without this the loads of a plain step (one FMA pass per block) waited on memory: 4-5 GB/s per thread
-// where a plain read streams at 20+
-constexpr int64_t PREFETCH_STRIPS = 3;
-inline void prefetch_strip(const uint8_t* bp, int64_t s, int64_t s_end, int64_t strip_bytes) {
-#if defined(__AVX2__) || defined(__AVX512F__)
-  if (s >= s_end) return;
-  const uint8_t* p = bp + s * strip_bytes;
-  for (int64_t off = 0; off < strip_bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
-#endif
-}
-
 #if defined(__AVX512F__)
 // The register path: y[m0 : m0+G, n0 : n0+RR] straight from the blocks, dequantized in registers (no buffer). Same
 // values and the same FMA sequence per output as strip_rows over the dequantized strip (k in order, 16 lanes, then
 // _mm512_reduce_add_ps), so both paths give the same bits: the row count picks the path, not the result.
 template <int64_t type, int G, int RR>
 void fused_rows(const float* x, int64_t K, const uint8_t* strip, int64_t row_bytes, float* y, int64_t N, int64_t m0,
-                int64_t n0) {
+                int64_t n0, int64_t ahead) {
   constexpr int64_t bb = block_bytes(type);
   __m512 acc[RR][G];
   for (int r = 0; r < RR; ++r)
     for (int g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_ps();
   for (int64_t b = 0; b < K / QK; ++b) {
     __m512 lo[RR], hi[RR];
+    if (b % prefetch_every<bb>() == 0)
+      for (int r = 0; r < RR; ++r) prefetch_line(strip + ahead + r * row_bytes + b * bb);
     for (int r = 0; r < RR; ++r) dequant_regs<type>(strip + r * row_bytes + b * bb, lo[r], hi[r]);
     for (int g = 0; g < G; ++g) {
       const float* xg = x + (m0 + g) * K + b * QK;
@@ -347,16 +363,16 @@ void fused_rows(const float* x, int64_t K, const uint8_t* strip, int64_t row_byt
 constexpr int FUSED_WIDE = 4, FUSED_GROUP = 8;
 template <int64_t type, int RR>
 void fused_group(const float* x, int64_t G, int64_t K, const uint8_t* strip, int64_t row_bytes, float* y, int64_t N,
-                 int64_t m0, int64_t n0) {
+                 int64_t m0, int64_t n0, int64_t ahead) {
   switch (G) {
-    case 8: fused_rows<type, 8, RR>(x, K, strip, row_bytes, y, N, m0, n0); break;
-    case 7: fused_rows<type, 7, RR>(x, K, strip, row_bytes, y, N, m0, n0); break;
-    case 6: fused_rows<type, 6, RR>(x, K, strip, row_bytes, y, N, m0, n0); break;
-    case 5: fused_rows<type, 5, RR>(x, K, strip, row_bytes, y, N, m0, n0); break;
-    case 4: fused_rows<type, 4, RR>(x, K, strip, row_bytes, y, N, m0, n0); break;
-    case 3: fused_rows<type, 3, RR>(x, K, strip, row_bytes, y, N, m0, n0); break;
-    case 2: fused_rows<type, 2, RR>(x, K, strip, row_bytes, y, N, m0, n0); break;
-    default: fused_rows<type, 1, RR>(x, K, strip, row_bytes, y, N, m0, n0); break;
+    case 8: fused_rows<type, 8, RR>(x, K, strip, row_bytes, y, N, m0, n0, ahead); break;
+    case 7: fused_rows<type, 7, RR>(x, K, strip, row_bytes, y, N, m0, n0, ahead); break;
+    case 6: fused_rows<type, 6, RR>(x, K, strip, row_bytes, y, N, m0, n0, ahead); break;
+    case 5: fused_rows<type, 5, RR>(x, K, strip, row_bytes, y, N, m0, n0, ahead); break;
+    case 4: fused_rows<type, 4, RR>(x, K, strip, row_bytes, y, N, m0, n0, ahead); break;
+    case 3: fused_rows<type, 3, RR>(x, K, strip, row_bytes, y, N, m0, n0, ahead); break;
+    case 2: fused_rows<type, 2, RR>(x, K, strip, row_bytes, y, N, m0, n0, ahead); break;
+    default: fused_rows<type, 1, RR>(x, K, strip, row_bytes, y, N, m0, n0, ahead); break;
   }
 }
 
@@ -365,30 +381,29 @@ void fused_group(const float* x, int64_t G, int64_t K, const uint8_t* strip, int
 // once per group: at 5-96 rows faster than dequantizing into a buffer once, measured in docs/design.md)
 template <int64_t type>
 void fused_strip(const float* x, int64_t M, int64_t K, const uint8_t* strip, int64_t row_bytes, int64_t rows,
-                 float* y, int64_t N, int64_t n0) {
+                 float* y, int64_t N, int64_t n0, int64_t ahead) {
   if (rows == R && M <= FUSED_WIDE) {
-    fused_group<type, R>(x, M, K, strip, row_bytes, y, N, 0, n0);
+    fused_group<type, R>(x, M, K, strip, row_bytes, y, N, 0, n0, ahead);
     return;
   }
   int64_t r = 0;
   for (; r + 2 <= rows; r += 2)
     for (int64_t m = 0; m < M; m += FUSED_GROUP)
       fused_group<type, 2>(x, std::min<int64_t>(FUSED_GROUP, M - m), K, strip + r * row_bytes, row_bytes, y, N, m,
-                           n0 + r);
+                           n0 + r, ahead);
   for (; r < rows; ++r)
     for (int64_t m = 0; m < M; m += FUSED_GROUP)
       fused_group<type, 1>(x, std::min<int64_t>(FUSED_GROUP, M - m), K, strip + r * row_bytes, row_bytes, y, N, m,
-                           n0 + r);
+                           n0 + r, ahead);
 }
 
 template <int64_t type>
 void fused_linear(const float* x, int64_t M, int64_t K, const uint8_t* bp, float* y, int64_t N) {
-  const int64_t row_bytes = K / QK * block_bytes(type), strips = (N + R - 1) / R;
+  const int64_t row_bytes = K / QK * block_bytes(type), strips = (N + R - 1) / R, ahead = prefetch_ahead(R * row_bytes);
   at::parallel_for(0, strips, 16, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s) {
       const int64_t n0 = s * R;
-      prefetch_strip(bp, s + PREFETCH_STRIPS, s1, R * row_bytes);
-      fused_strip<type>(x, M, K, bp + n0 * row_bytes, row_bytes, std::min<int64_t>(R, N - n0), y, N, n0);
+      fused_strip<type>(x, M, K, bp + n0 * row_bytes, row_bytes, std::min<int64_t>(R, N - n0), y, N, n0, ahead);
     }
   });
 }
@@ -425,13 +440,12 @@ torch::Tensor quant_linear(torch::Tensor x, torch::Tensor blocks, int64_t type) 
     return y;
   }
 #endif
-  const int64_t strips = (N + R - 1) / R;
+  const int64_t strips = (N + R - 1) / R, ahead = prefetch_ahead(R * nb * bb);
   at::parallel_for(0, strips, 16, [&](int64_t s0, int64_t s1) {
     std::vector<float> w(R * K);  // this thread's dequantized strip [R, K]
     for (int64_t s = s0; s < s1; ++s) {
       const int64_t n0 = s * R, rows = std::min<int64_t>(R, N - n0);
-      prefetch_strip(bp, s + PREFETCH_STRIPS, s1, R * nb * bb);
-      for (int64_t r = 0; r < rows; ++r) dequant_row(type, bp + (n0 + r) * nb * bb, nb, bb, w.data() + r * K);
+      for (int64_t r = 0; r < rows; ++r) dequant_row(type, bp + (n0 + r) * nb * bb, nb, ahead, w.data() + r * K);
       if (rows == R) {
         strip_all_rows<R>(xp, M, K, w.data(), yp, N, n0);
       } else {  // the last strip of an N that is not a multiple of R: one row at a time (same per-row arithmetic)
@@ -449,7 +463,7 @@ torch::Tensor quant_dequantize(torch::Tensor blocks, int64_t type, int64_t K) {
   auto w = torch::empty({N, K}, torch::kFloat);
   const uint8_t* bp = blocks.data_ptr<uint8_t>();
   float* wp = w.data_ptr<float>();
-  for (int64_t n = 0; n < N; ++n) dequant_row(type, bp + n * nb * bb, nb, bb, wp + n * K);
+  for (int64_t n = 0; n < N; ++n) dequant_row(type, bp + n * nb * bb, nb, 0, wp + n * K);
   return w;
 }
 
