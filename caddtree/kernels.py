@@ -39,7 +39,8 @@ from caddtree.files import cache_dir, cpu_tag
 
 # in cost-profile keys (`kernel_version()`): bump when the CPU kernels change (linears here, attention and KV cache in
 # caddtree.target, the DFlash drafter's output head), so no stale profile is reused
-VERSIONS = {"panel": "panel3", "amx": "amx2", "quant": "quant3"}  # panel3/amx2: multithreaded (OpenMP); quant3: spread prefetch
+# panel3/amx2: multithreaded (OpenMP), was serial; quant3: prefetch spread over the block loop (quant2: a burst per strip)
+VERSIONS = {"panel": "panel3", "amx": "amx2", "quant": "quant3"}
 ROW_GROUP = {"panel": 6, "amx": 16}  # rows per pass: panel_linear.cpp's G_MAX, the rows of one AMX tile
 MAX_ROWS = 96  # above this PyTorch's GEMM wins (prefill); measured with `python scripts/compare_kernels.py`
 

@@ -219,10 +219,11 @@ inline void dequant_block(const uint8_t* b, float* out) {
 
 // Prefetch, spread over the block loop: while a row's blocks are read at b, the same place `ahead` bytes on (whole
 // strips, at least PREFETCH_BYTES) is asked for, one cache line at a time (every 64 / block_bytes blocks, so no line
-// is skipped). Why spread: a burst of a whole strip's prefetches at each strip's start (the previous scheme) held all
-// of a core's line-fill buffers at once, and the kernel streamed from memory at half a plain read's rate (Intel Xeon,
-// 2 threads: the SmolLM2 body + head 11.2 -> 5.8 ms; docs/design.md). Prefetches never fault: reading past the
-// tensor's end asks for lines nobody uses.
+// is skipped). Why: with a burst of a whole strip's prefetches at each strip's start (the previous scheme) the kernel
+// streamed from memory at half a plain read's rate on an Intel Xeon, and without prefetch no faster (our reading,
+// with no counters on that VM: the burst holds the core's line-fill buffers at once); spread, the SmolLM2 body + head
+// at 1 row took 7.1 ms instead of 11.3 (2 threads; docs/design.md). Prefetches never fault: asking past the tensor's
+// end fetches lines nobody uses.
 constexpr int64_t PREFETCH_BYTES = 6144;
 inline int64_t prefetch_ahead(int64_t strip_bytes) {
   return (PREFETCH_BYTES + strip_bytes - 1) / strip_bytes * strip_bytes;
