@@ -9,14 +9,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig,
-                          Phi3Config, Qwen2Config, Qwen3Config)
+from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, GPT2Config, GPT2LMHeadModel,
+                          LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config)
 
+import caddtree.target as tgt
 from caddtree.costmodel import fit_cost_model
 from caddtree.dflash import DFlashConfig, DFlashModel
-from caddtree.errors import CaddtreeError
 from caddtree.engine import Decoder
-from caddtree.target import Target, _load_dir
+from caddtree.errors import CaddtreeError
+from caddtree.kernels import pack_linears, packing_available
+from caddtree.lean import LeanForward
+from caddtree.profile import device_label, profile_verify
+from caddtree.target import Target, _load_dir, crop_cache, prefill
 from caddtree.tree import build_tree
 from caddtree.verify import verify_tree
 from conftest import TOY_COSTS, OracleDrafter, RandomDrafter, prompt, reference_greedy
@@ -64,8 +68,6 @@ def tiny(family: str, window: int | None, seed: int = 0, **over) -> Target:
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn).eval()
     model.generation_config.eos_token_id = 1
     return Target(model=model, tokenizer=None, name=f"tiny-{family}", fingerprint=f"tiny-{family}")
-
-
 
 
 def cases():
@@ -122,8 +124,6 @@ def test_the_profiler_runs_past_the_window_and_its_crop_restores_the_cache(famil
     """The profiler's cycle on a 20-token context, window 6: verify a tree, crop back to the context, verify again
     (the same logits bit for bit: the crop left every layer, sliding ones included, as before), and a whole
     `profile_verify` over contexts 4 and 20 gives finite, positive costs."""
-    from caddtree.profile import profile_verify
-    from caddtree.target import crop_cache, prefill
     target = tiny(family, 6, seed=2)
     ids = prompt(4, 21, V)
     cache = target.new_cache()
@@ -154,9 +154,6 @@ def test_a_gguf_of_a_family_without_a_block_map_runs_fp32_by_default(monkeypatch
     """A GGUF of a family the native block map does not know (GPT-2 here; transformers reads such files): the default
     `--weights auto` runs its dequantised fp32 weights with one notice line instead of failing; `--weights native`
     refuses in one line. The file itself is stood in for (transformers' GGUF loader is not under test here)."""
-    import caddtree.target as tgt
-    from transformers import GPT2Config, GPT2LMHeadModel
-    from caddtree.kernels import packing_available
     monkeypatch.setattr(tgt, "_gguf_path", lambda spec: Path(spec))
     monkeypatch.setattr(tgt, "_load_model", lambda spec, gguf, dtype: (
         GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=32, n_layer=1, n_head=2, n_positions=64)), None, "0" * 16))
@@ -192,8 +189,6 @@ def test_windowed_families_are_exact_by_construction_on_the_lean_forward(family,
     (RoPE per layer kind) on the CPU kernels and the lean forward, as `load_target` runs them on CPU: the window is
     applied inside the lean forward (row attention over each layer kind's allowed columns), so exactness is
     'guaranteed', and every method gives the cache-free reference's tokens."""
-    from caddtree.kernels import pack_linears, packing_available
-    from caddtree.lean import LeanForward
     if not packing_available():
         pytest.skip("the CPU kernels are not built here")
     target = tiny(family, window, seed=4, hidden_size=64, head_dim=16)  # head_dim 16, as the row kernel takes
@@ -213,9 +208,6 @@ def test_windowed_families_are_exact_by_construction_on_the_lean_forward(family,
 def test_exactness_is_claimed_only_where_rows_are_computed_alike():
     """fp32 on the CPU kernels with the lean forward's row attention: guaranteed; bf16, PyTorch's linears or
     HF's SDPA: 'not guaranteed' with the reason; the dtype keys the cost profile."""
-    from caddtree.kernels import pack_linears, packing_available
-    from caddtree.lean import LeanForward
-    from caddtree.profile import device_label
     t = tiny("llama", None)
     assert t.exactness.startswith("not guaranteed") and "PyTorch's" in t.exactness
     if packing_available():

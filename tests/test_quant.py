@@ -13,16 +13,19 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from gguf import GGMLQuantizationType, quants
+from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, quants
 from torch import nn
 from transformers import AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, Phi3Config
 from torch.utils.cpp_extension import is_ninja_available, load
 
 from caddtree import kernels
+from caddtree.costmodel import fit_cost_model
 from caddtree.engine import Decoder
 from caddtree.files import cpu_tag
-from caddtree.gguf_weights import use_gguf_blocks
+from caddtree.gguf_weights import block_rows, use_gguf_blocks
 from caddtree.kernels import BLOCK_BYTES, GGML_TYPES, MAX_ROWS, QuantLinear, fuse_linears, packing_available
+from caddtree.lean import LeanForward
+from caddtree.target import Target
 from conftest import TOY_COSTS, OracleDrafter, RandomDrafter, make_tiny_target, reference_greedy
 
 needs_kernel = pytest.mark.skipif(not packing_available(), reason="CPU kernels not built (no C++ compiler or ninja)")
@@ -192,8 +195,6 @@ def test_native_tree_decoding_equals_plain_greedy(seed, kind):
 def test_gguf_tensors_of_every_read_type_come_back_as_their_stored_blocks(tmp_path):
     """gguf-py reads F16 tensors as float16 arrays, block types (Q4_1, Q8_0, BF16) as bytes: `block_rows` gives the
     kernel the stored bytes of either, rows reordered as asked, and they dequantize to gguf-py's values."""
-    from gguf import GGUFReader, GGUFWriter
-    from caddtree.gguf_weights import block_rows
     writer = GGUFWriter(str(tmp_path / "t.gguf"), "llama")
     want = {}
     for kind in TYPES:
@@ -270,9 +271,6 @@ def test_gguf_files_of_gemma_and_phi3_decode_on_their_own_blocks(tmp_path, famil
     onto the file's blocks (each checked at load against the fp32 weights transformers built, bit for bit), the lean
     forward runs them with exactness 'guaranteed', and greedy ar / ddtree / caddtree on the blocks give the tokens of
     plain decoding of the fp32 model loaded from the same file."""
-    from caddtree.costmodel import fit_cost_model
-    from caddtree.lean import LeanForward
-    from caddtree.target import Target
     path = write_tiny_gguf(tmp_path, family)
     keywords = GGUF_FAMILIES[family][2]
     load = lambda: AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, dtype=torch.float32,  # noqa
