@@ -27,6 +27,7 @@ def save_cost_model(model: CostModel, path) -> Path:
                    "overhead_ms": model.overhead.tolist(), "row_group": model.row_group,
                    "pass_ms": model.pass_ms.tolist(), "verify_fit": model.verify_fit,
                    "overhead_node_ms": model.overhead_node,
+                   **({} if model.overhead_plain is None else {"overhead_plain_ms": model.overhead_plain.tolist()}),
                    **({} if model.cheap_draft is None else {"cheap_draft_ms": model.cheap_draft.tolist()})}}
     return atomic_write_text(path, json.dumps(doc, indent=1, default=_jsonable))
 
@@ -61,7 +62,7 @@ def load_cost_model(path, target_fingerprint: str | None = None, drafter_id: str
         model = CostModel(fit["ctxs"], fit["verify_ms"], fit["verify_slope_ms_per_token"], fit["draft_ms"],
                           fit["overhead_ms"], fit.get("cheap_draft_ms"), fit.get("row_group", 1),
                           fit.get("pass_ms"), fit.get("verify_fit", "convex"), fit.get("overhead_node_ms", 0.0),
-                          measurements=doc.get("measurements") or {},
+                          fit.get("overhead_plain_ms"), measurements=doc.get("measurements") or {},
                           provenance=prov)
     except (KeyError, TypeError, ValueError) as e:
         raise CaddtreeError(f"cost profile {path} is corrupt (bad fit: {type(e).__name__} {e}): {redo}") from None

@@ -1,6 +1,7 @@
 """Cost model of a machine: C_v(n; ℓ) (verify n tree nodes + root on a KV cache of ℓ), C_d(ℓ) (one drafting round)
-and the per-round overhead (tree build, stop rule, acceptance, cache compaction) o(ℓ) + o_n · n, all in
-milliseconds. Pure logic: fitting and evaluation only (the file format is `costfile`, the measurement `profile`).
+and the per-round overhead (tree build, stop rule, acceptance, cache compaction) o(ℓ) + o_n · n for a round that
+verifies n >= 1 tree nodes, o_plain(ℓ) for a round that chose the plain step (n = 0: one row's choice, nothing
+compacted), all in milliseconds. Pure logic: fitting and evaluation only (the file format is `costfile`, the measurement `profile`).
 
 The fit turns noisy medians into a curve CaDDTree can trust. Per context length, C_v is fitted non-decreasing in n
 (a larger tree never costs less); the default shape is monotone ("monotone", isotonic least squares in relative
@@ -49,6 +50,7 @@ class CostModel:
     pass_ms: np.ndarray | None = None  # [len(ctxs)] J, the jump in C_v per extra pass (zeros if row_group == 1)
     verify_fit: str = "convex"  # shape of the C_v fit for n >= 1 (VERIFY_FITS); profiles saved before it: convex
     overhead_node: float = 0.0  # o_n, the overhead's part per tree node, ms (profiles saved before it: 0)
+    overhead_plain: np.ndarray | None = None  # [len(ctxs)] o_plain, the plain option's overhead, ms (None: o)
     measurements: dict = field(default_factory=dict)  # raw data the fit came from (saved for audit/refit)
     provenance: dict = field(default_factory=dict)
 
@@ -63,16 +65,24 @@ class CostModel:
         self.row_group = int(self.row_group)
         self.pass_ms = np.zeros(len(self.ctxs)) if self.pass_ms is None else np.asarray(self.pass_ms, np.float64)
         self.overhead_node = float(self.overhead_node)
+        if self.overhead_plain is not None:
+            self.overhead_plain = np.asarray(self.overhead_plain, dtype=np.float64)
         passes = pass_count(self.verify.shape[1] - 1, self.row_group)  # [max_nodes + 1] ⌊n / g⌋ (0 if g = 1)
         # C_v with its pass jumps and the overhead's per-node part on the ctx grid, and its slope past the grid:
         # `verify_curve` (every round, twice with a draft gate) blends one table; the ops saved weigh there, run
         # cache-cold right after a verify
         self._curve = self.verify + self.pass_ms[:, None] * passes + self.overhead_node * np.arange(passes.size)
         self._curve_slope = self.verify_slope + self._scalar_slope(self.pass_ms) * passes
+        # n = 0 pays the plain option's overhead, not a tree round's fixed part (no acceptance over tree rows, no
+        # compaction): every policy that adds o to the curve then prices it at C_v(0) + o_plain. On sampled text,
+        # where a 1-node tree is near break-even, that gap decides (profile docstring, docs/sampling.md)
+        self._curve[:, 0] += self.plain_offset
+        self._curve_slope[0] += self._scalar_slope(self.plain_overhead) - self._scalar_slope(self.overhead)
         # the per-ctx scalars as Python floats (table, slope past the grid): blended without numpy's per-call cost,
         # several times a round right after a verify forward (`_scalar_blend`: the same float64 operations)
         self._scalars = {name: (table.tolist(), float(self._scalar_slope(table))) for name, table in (
-            ("draft", self.draft), ("overhead", self.overhead), ("cheap_draft", self.cheap_draft)) if table is not None}
+            ("draft", self.draft), ("overhead", self.overhead), ("cheap_draft", self.cheap_draft),
+            ("overhead_plain", self.plain_overhead)) if table is not None}
         self._scalars["plain_verify"] = (self._curve[:, 0].tolist(), float(self._curve_slope[0]))
         # min over n >= 1 of (C_v(n) - C_v(0)) / n per grid ctx, and of its slope past the grid: blended like the
         # others, a lower bound of the same minimum on the blended curve (a min of blends >= the blend of the mins)
@@ -84,6 +94,16 @@ class CostModel:
     @property
     def max_nodes(self) -> int:
         return self.verify.shape[1] - 1
+
+    @property
+    def plain_overhead(self) -> np.ndarray:
+        """[len(ctxs)] o_plain per grid ctx (the tree round's o where the profile did not measure it)."""
+        return self.overhead if self.overhead_plain is None else self.overhead_plain
+
+    @property
+    def plain_offset(self) -> np.ndarray:
+        """[len(ctxs)] o_plain - o per grid ctx: what `verify_curve`'s n = 0 entry adds to C_v(0)."""
+        return self.plain_overhead - self.overhead
 
     def _ctx_blend(self, table, slope, ctx: float):
         """Interpolate rows of `table` (indexed by the ctx grid; an array, or a list of floats) at ctx, with the
@@ -106,13 +126,22 @@ class CostModel:
         return max((v[-1] - v[-2]) / (self.ctxs[-1] - self.ctxs[-2]), 0.0) if len(self.ctxs) > 1 else 0.0
 
     def verify_curve(self, ctx: float) -> np.ndarray:
-        """[max_nodes + 1] C_v(n; ctx) + o_n · n for n = 0..max_nodes: what a tree of n nodes costs a round beyond
-        C_d and the overhead's fixed part (the per-round hot path: a few numpy ops). `verify_ms` reads it too."""
+        """[max_nodes + 1] C_v(n; ctx) + o_n · n for n = 1..max_nodes, C_v(0; ctx) + o_plain - o for n = 0: what a
+        round of n tree nodes costs beyond C_d and the overhead's fixed part o (the per-round hot path: a few numpy
+        ops). `verify_ms` reads it too."""
         return self._ctx_blend(self._curve, self._curve_slope, ctx)
 
     def plain_verify_ms(self, ctx: float) -> float:
-        """C_v(0; ctx), the plain step: `verify_curve(ctx)[0]` to the last bit, without the curve."""
+        """`verify_curve(ctx)[0]` to the last bit, without the curve: C_v(0; ctx) + o_plain - o."""
         return self._scalar_blend("plain_verify", ctx)
+
+    def plain_round_ms(self, ctx: float) -> float:
+        """C_v(0; ctx) + o_plain: what the policy charges the plain option beyond C_d."""
+        return self.overhead_ms(ctx) + self.plain_verify_ms(ctx)
+
+    def plain_step_ms(self, ctx: float) -> float:
+        """C_v(0; ctx) alone, the plain step's forward as measured."""
+        return self.plain_round_ms(ctx) - self.plain_overhead_ms(ctx)
 
     def row_slope_floor(self, ctx: float) -> float:
         """A lower bound of min over n >= 1 of (C_v(n; ctx) - C_v(0; ctx)) / n, the least verify cost per extra row
@@ -120,7 +149,7 @@ class CostModel:
         return self._scalar_blend("row_slope", ctx) if "row_slope" in self._scalars else float("inf")
 
     def verify_ms(self, n, ctx: float):
-        """C_v(n; ctx) + o_n · n in ms (`verify_curve`); n an int (-> float) or a 1-D array/tensor of ints
+        """`verify_curve`'s entries in ms: C_v(n; ctx) + o_n · n (n >= 1), C_v(0; ctx) + o_plain - o (n = 0); n an int (-> float) or a 1-D array/tensor of ints
         (-> np.ndarray)."""
         idx = np.asarray(n.cpu() if hasattr(n, "cpu") else n, dtype=np.int64)
         if idx.size and (idx.min() < 0 or idx.max() > self.max_nodes):
@@ -142,8 +171,13 @@ class CostModel:
         return self._scalar_blend("cheap_draft", ctx)
 
     def overhead_ms(self, ctx: float) -> float:
-        """The overhead's fixed part o(ℓ), charged to every round (its per-node part is in `verify_curve`)."""
+        """The overhead's fixed part o(ℓ), charged to every round (its per-node part, and a plain step's difference
+        o_plain - o, are in `verify_curve`)."""
         return self._scalar_blend("overhead", ctx)
+
+    def plain_overhead_ms(self, ctx: float) -> float:
+        """o_plain(ℓ), the overhead of a round that chose the plain step (`profile`: nothing compacted)."""
+        return self._scalar_blend("overhead_plain", ctx)
 
     def round_ms(self, n, ctx: float):
         """Predicted wall time of one decoding round that verifies n tree nodes: draft + overhead + verify."""
@@ -209,6 +243,7 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
         {"ns": [0, 1, n_2, ..., n_max] (increasing, must start 0, 1), "ctxs": [ℓ_1, ...] (increasing),
          "verify_ms": [[ms per n] per ctx], "draft_ms": [ms per ctx], "overhead_ms": float or [ms per ctx],
          optional "overhead_node_ms": the overhead's part per tree node (default 0),
+         optional "overhead_plain_ms": float or [ms per ctx], the plain option's overhead (default: overhead_ms),
          optional "cheap_draft_ms": [ms per ctx] (first stage of a two-stage drafter),
          optional "row_group": rows per pass of the verify kernel (default 1),
          optional "verify_fit": "monotone" (default) or "convex", the shape of C_v for n >= 1}
@@ -222,6 +257,8 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
         D = np.broadcast_to(np.asarray(measurements["draft_ms"], dtype=np.float64), (len(ctxs),))
         O = np.broadcast_to(np.asarray(measurements.get("overhead_ms", 0.0), dtype=np.float64), (len(ctxs),))
         On = float(measurements.get("overhead_node_ms", 0.0))
+        Op = measurements.get("overhead_plain_ms")
+        Op = None if Op is None else np.broadcast_to(np.asarray(Op, dtype=np.float64), (len(ctxs),))
         Dc = measurements.get("cheap_draft_ms")
         Dc = None if Dc is None else np.broadcast_to(np.asarray(Dc, dtype=np.float64), (len(ctxs),))
         group = int(measurements.get("row_group", 1))
@@ -233,6 +270,7 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
                             "forwards) and an increasing ctx grid: re-run `caddtree profile`")
     if V.shape != (len(ctxs), len(ns)) or not (np.all(np.isfinite(V)) and np.all(np.isfinite(D))
                                                and np.all(np.isfinite(O))
+                                               and (Op is None or np.all(np.isfinite(Op)))
                                                and (Dc is None or np.all(np.isfinite(Dc)))):
         raise CaddtreeError(f"cost measurements: verify_ms must be finite [ctxs x ns] = [{len(ctxs)} x {len(ns)}], "
                             f"got {list(V.shape)}: re-run `caddtree profile`")
@@ -267,7 +305,7 @@ def fit_cost_model(measurements: dict, provenance: dict | None = None) -> CostMo
     mono = (lambda v: np.maximum.accumulate(_shape_fit(ctxs, v, convex=False)))
     return CostModel(ctxs, rows, slope, mono(D), mono(O), None if Dc is None else mono(Dc), group,
                      np.maximum(mono(jumps), 0.0) if group > 1 and convex else np.zeros(len(ctxs)), shape, On,
-                     measurements=dict(measurements),
+                     None if Op is None else mono(Op), measurements=dict(measurements),
                      provenance=dict(provenance or {}))
 
 
@@ -278,13 +316,14 @@ def check_cost_model(model: CostModel) -> str | None:
     scale = _TOL * max(1.0, float(np.max(np.abs(V))) if V.size else 1.0)
     if V.ndim != 2 or V.shape[0] != len(model.ctxs) or V.shape[1] < 1 or s.shape != (V.shape[1],) \
             or model.draft.shape != (len(model.ctxs),) or model.overhead.shape != (len(model.ctxs),) \
-            or (model.cheap_draft is not None and model.cheap_draft.shape != (len(model.ctxs),)):
+            or (model.cheap_draft is not None and model.cheap_draft.shape != (len(model.ctxs),)) \
+            or model.plain_overhead.shape != (len(model.ctxs),):
         return "fit arrays have inconsistent shapes"
     if model.row_group < 1 or model.pass_ms.shape != (len(model.ctxs),):
         return "row_group below 1 or pass_ms of the wrong shape"
     if not (np.isfinite(model.overhead_node) and model.overhead_node >= 0):
         return "per-node overhead is negative or not finite"
-    extra = (model.pass_ms,) + (() if model.cheap_draft is None else (model.cheap_draft,))
+    extra = (model.pass_ms, model.plain_overhead) + (() if model.cheap_draft is None else (model.cheap_draft,))
     if not all(np.all(np.isfinite(a)) for a in (V, s, model.draft, model.overhead, *extra)):
         return "fit has non-finite values"
     if np.any(np.diff(model.ctxs) <= 0):

@@ -362,7 +362,7 @@ class Decoder:
             if spec_gate is not None and options:  # each draft at 1 + its (calibrated) Φ, priced without overhead
                 over = self.cost_model.overhead_ms(ctx)
                 spec_gate.observe([(1.0 + c.phi, c.predicted_ms - over) for c in options],
-                                  float(self.cost_model.verify_curve(ctx)[0]))
+                                  self.cost_model.plain_step_ms(ctx))
             if len(tree):
                 rows = commit_path(cache, ctx, path, device)
                 feats = vfeats.index_select(0, rows) if vfeats is not None else None

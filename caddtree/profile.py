@@ -10,9 +10,14 @@ Per context length ℓ (KV cache prefilled with random tokens):
 - overhead(ℓ) + o_n · n: a round's bookkeeping with a tree of n nodes (tree build + `choose_tree_size` + the target's
   choices on its n + 1 rows + acceptance walk + cache compaction), timed at a small tree (OVERHEAD_SMALL nodes,
   what CaDDTree builds) and at the full budget: the line through the two points gives o_n per node (a median over
-  ℓ) and the rest, charged to every round (an n = 0 round compacts nothing: slightly pessimistic for plain steps).
+  ℓ) and the rest o(ℓ), charged to every round that verifies a tree.
   Why two sizes: priced at a full-budget build alone, every round looked ~2.4 ms dearer than it was (SmolLM2 on 2
   cores: 2.9 ms against 0.5-0.9 measured in decoding), which made a node's verify cost look relatively cheaper.
+- o_plain(ℓ): the bookkeeping of a round that built the small tree and chose the plain step (the build and stop
+  rule as in o, then the target's choice on the root's one row; nothing compacted), charged to the n = 0 option
+  instead of o(ℓ). Priced at o, the plain option carried a tree's acceptance and compaction it does not pay, so a
+  1-node tree looked ~0.2-0.3 ms cheaper against it than it is: on sampled text with Φ ~0.1 a round, trees that
+  did not pay.
 
 Every figure is the median over repeats after warm-up (minima kept too, for audit). All ctx caches are prefilled first
 and the whole (ℓ, n) grid is swept once per repeat, so load drifts of a shared machine hit every cell alike. While the
@@ -145,16 +150,23 @@ def accept_and_compact(cache, ctx: int, tree: Tree, logits) -> float:
     return now(device) - t0
 
 
-def overhead_line(sizes: list[int], by_size: list[list[float]]) -> dict:
+def _plain_last(by_size: list[list[float]]) -> tuple[list[list[float]], list[float]]:
+    """[ctx][sizes..., plain] medians -> ([ctx][sizes], [ctx] plain)."""
+    return [row[:-1] for row in by_size], [row[-1] for row in by_size]
+
+
+def overhead_line(sizes: list[int], by_size: list[list[float]], plain: list[float] | None = None) -> dict:
     """The overhead's measurements from its medians by_size [ctx][size] (ms) at tree sizes `sizes` (one or two):
-    the per-node part o_n (the line through the two sizes, median over ℓ, >= 0) and the rest per ℓ (>= 0)."""
+    the per-node part o_n (the line through the two sizes, median over ℓ, >= 0) and the rest per ℓ (>= 0); plain
+    [ctx] (optional): a plain step's overhead per ℓ, kept as measured."""
     o = np.asarray(by_size, dtype=np.float64)
     node = 0.0
     if len(sizes) == 2 and sizes[1] > sizes[0]:
         node = max(float(np.median((o[:, 1] - o[:, 0]) / (sizes[1] - sizes[0]))), 0.0)
     rest = np.maximum(o[:, 0] - node * sizes[0], 0.0)
     return {"overhead_ms": rest.round(4).tolist(), "overhead_node_ms": round(node, 5),
-            "overhead_sizes": list(sizes), "overhead_by_size_ms": o.tolist()}
+            "overhead_sizes": list(sizes), "overhead_by_size_ms": o.tolist(),
+            **({} if plain is None else {"overhead_plain_ms": np.round(plain, 4).tolist()})}
 
 
 @torch.inference_mode()
@@ -184,7 +196,7 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
     booked = sorted({max(n for n in ns if n <= OVERHEAD_SMALL), n_max})  # the overhead's tree sizes (docstring)
     max_sweeps = warmup + 3 * repeats  # more sweeps only while the medians look disturbed (module docstring)
     times = np.zeros((max_sweeps, len(ctxs), len(ns)))
-    over = np.zeros((max_sweeps, len(ctxs), len(booked)))
+    over = np.zeros((max_sweeps, len(ctxs), len(booked) + 1))  # the last: a plain step's (no tree)
     bar = tqdm(total=len(ctxs) * (warmup + repeats) * (len(ns) + 1), desc="profiling verify cost",
                disable=not progress, unit="run", file=sys.stderr)
     try:
@@ -215,10 +227,14 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
                     t0 = now(device)
                     tree = build_tree(lp, n) if n else Tree.empty()
                     choose_tree_size(tree.log_weights, flat, ctx)
-                    over[r, ci, k] = now(device) - t0
+                    build = over[r, ci, k] = now(device) - t0
                     logits, _ = verify_tree(target, cache, root, trees[n])
                     over[r, ci, k] += accept_and_compact(cache, ctx, trees[n], logits)
                     crop_cache(cache, ctx)
+                    if k == 0:  # the plain option after the same build: the choice on one row, nothing compacted
+                        logits, _ = verify_tree(target, cache, root, Tree.empty())
+                        over[r, ci, -1] = build + accept_and_compact(cache, ctx, Tree.empty(), logits)
+                        crop_cache(cache, ctx)
                 bar.update()
     finally:
         target.hidden_layers = saved_layers
@@ -233,7 +249,7 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
               file=sys.stderr)
     elif load > BUSY:
         _warn_busy(f"{sweeps - warmup} verify sweeps", load)
-    return {"ns": ns, "ctxs": ctxs, "verify_ms": verify_ms, **overhead_line(booked, ms(over, np.median)),
+    return {"ns": ns, "ctxs": ctxs, "verify_ms": verify_ms, **overhead_line(booked, *_plain_last(ms(over, np.median))),
             "verify_min_ms": ms(times, np.min), "repeats": repeats, "warmup": warmup, "row_group": group,
             "sweeps": sweeps - warmup, "inversion": round(inv, 4), "busy": round(load, 4)}
 
@@ -324,7 +340,8 @@ def verify_profile_path(target) -> Path:
 
 def _load_verify(target) -> dict | None:
     """The shared verify profile {"provenance", "measurements"} of this target and device, or None (absent,
-    unreadable, or made before the overhead's per-node part was measured: then it is measured again)."""
+    unreadable, or made before the overhead's per-node part or a plain step's overhead was measured: then it is
+    measured again)."""
     path = verify_profile_path(target)
     try:
         doc = json.loads(path.read_text())
@@ -332,6 +349,7 @@ def _load_verify(target) -> dict | None:
         if (doc.get("format") == VERIFY_FORMAT and prov["target_fingerprint"] == target.fingerprint
                 and prov["verify_id"] and doc["measurements"].get("row_group", 1) == verify_row_group(target)
                 and "overhead_node_ms" in doc["measurements"]  # else priced at a full-budget build: measured again
+                and "overhead_plain_ms" in doc["measurements"]  # else plain steps priced at a tree round's overhead
                 and covers_preset(doc["measurements"], prov.get("preset"))):
             fit_cost_model({**doc["measurements"], "draft_ms": 0.0})  # shape checks of the measurements
             return doc
@@ -411,13 +429,14 @@ def ensure_cost_model(target, drafter, path=None, preset: str = "coarse", progre
                 or model.verify_fit != VERIFY_FITS[0]  # fitted to another shape (before the monotone default)
                 or not covers_preset(model.measurements, model.provenance.get("preset"))  # an older, smaller preset
                 or "overhead_node_ms" not in model.measurements  # priced at a full-budget build (`_load_verify`)
+                or "overhead_plain_ms" not in model.measurements  # plain steps at a tree round's overhead (the same)
                 or (shared is not None and model.provenance.get("verify_id") != shared["provenance"]["verify_id"]))
             if not stale:
                 print(f"cost model: loaded {path} (profiled {model.provenance.get('date', '?')}, "
                       f"max {model.max_nodes} nodes)", file=sys.stderr)
                 return model
             print(f"cost model: {path} predates the shared verify profile, its preset's grid, the "
-                  f"{VERIFY_FITS[0]} fit or the per-node overhead; rebuilding on it", file=sys.stderr)
+                  f"{VERIFY_FITS[0]} fit or the per-node and plain-step overheads; rebuilding on it", file=sys.stderr)
             stale_model = model
         except CaddtreeError as e:
             if explicit:

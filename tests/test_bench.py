@@ -17,7 +17,7 @@ from caddtree.bench import report as bench_report
 from caddtree.bench import runner as bench_runner
 from caddtree.bench import stats as bench_stats
 from caddtree.accept import SamplingParams
-from caddtree.costmodel import check_cost_model, fit_cost_model
+from caddtree.costmodel import CostModel, check_cost_model, fit_cost_model
 from caddtree.datasets import DATASETS, MATH_SUFFIX, load_prompts
 from caddtree.drafter import LookupMixtureDrafter, PromptLookupDrafter
 from caddtree.errors import CaddtreeError
@@ -117,6 +117,18 @@ def test_fullbuild_variant_prices_every_round_at_the_full_budget_bookkeeping():
         bench_methods.full_build_overhead(MEAS)
 
 
+def test_oneover_variant_prices_the_plain_step_at_a_tree_rounds_overhead():
+    """caddtree@oneover: the same profile refitted without a plain step's own overhead (every round at o, as before
+    it), to compare the two pricings in one run; perturbed copies keep o_plain."""
+    meas = {**MEAS, "overhead_ms": [0.5, 0.6], "overhead_plain_ms": [0.1, 0.1]}
+    assert "caddtree@oneover" in bench_methods.parse_methods("caddtree@oneover")
+    m = fit_cost_model(meas)
+    one = fit_cost_model({**meas, **bench_methods.REFITS["oneover"]})
+    assert one.overhead_plain is None and np.allclose(m.overhead_plain, [0.1, 0.1], atol=1e-4)
+    assert one.plain_round_ms(16) == pytest.approx(m.plain_round_ms(16) + 0.5 - 0.1, abs=1e-4)
+    assert np.allclose(bench_methods.perturb_cost_model(m, 2.0, 1.0).overhead_plain, m.overhead_plain)
+
+
 def test_perturbed_cost_model_is_valid_and_scaled():
     m = fit_cost_model(MEAS)
     for (cd, cv) in bench_methods.PERTURB.values():
@@ -175,7 +187,6 @@ def test_summary_and_oracle_on_synthetic_records(tmp_path):
 
 def _linear_cost():
     """C_v(n; ℓ) = ℓ + n ms (interpolated between ℓ = 10 and 20), C_d 2 ms, first stage 0.25 ms, overhead 0.5 ms."""
-    from caddtree.costmodel import CostModel
     n = np.arange(9.0)
     return CostModel([10, 20], np.stack([10 + n, 20 + n]), np.ones(9), [2.0, 2.0], [0.5, 0.5], [0.25, 0.25])
 
@@ -195,6 +206,11 @@ def test_priced_ms_per_token_rebuilds_the_context_and_prices_each_rounds_draft()
     assert bench_stats.priced_ms_per_token(nogate, cost) == pytest.approx((13 + 13 + 19 + 3 * 2.5) / 6)
     ar = {"method": "ar", "prompt_len": 11, "tree_sizes": [0, 0], "accepted": [0, 0], "new_tokens": 2}
     assert bench_stats.priced_ms_per_token(ar, cost) == pytest.approx((10 + 11) / 2)
+    # with the plain option's own overhead (0.25 ms here): CaDDTree's n = 0 round pays it instead of o
+    plain = CostModel(cost.ctxs, cost.verify, cost.verify_slope, cost.draft, cost.overhead, cost.cheap_draft,
+                      overhead_plain=[0.25, 0.25])
+    assert bench_stats.priced_ms_per_token(ar, plain) == pytest.approx((10 + 11) / 2)
+    assert bench_stats.priced_ms_per_token(rec, plain) == pytest.approx((50.75 - 0.25) / 6)
     # nothing to price: a peer's record, a tree past the profile, no profile
     assert bench_stats.priced_ms_per_token({"method": "hf", "new_tokens": 5}, cost) is None
     assert bench_stats.priced_ms_per_token({**rec, "tree_sizes": [9, 0, 5]}, cost) is None

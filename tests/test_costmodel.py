@@ -550,6 +550,44 @@ def test_overhead_per_node_prices_each_tree_node(tmp_path):
     assert "per-node overhead" in check_cost_model(m)
 
 
+def test_plain_step_overhead_prices_only_the_plain_option(tmp_path):
+    """A plain step's own overhead o_plain (`overhead_plain_ms`) replaces o for n = 0 only: `verify_curve`'s first
+    entry moves by o_plain - o, so every round priced as overhead + curve pays o_plain at n = 0 and o at n >= 1; it
+    changes the speculate-or-not choice where a 1-node tree is near break-even; it round-trips through the file,
+    defaults to o for profiles saved before it, and is refused when not finite."""
+    from caddtree.budget import TreeStop, choose_tree_size
+    base = fit_cost_model(REF, PROV)
+    m = fit_cost_model({**REF, "overhead_plain_ms": [0.1, 0.1, 0.1]}, PROV)
+    assert base.overhead_plain is None and np.array_equal(base.plain_overhead, base.overhead)
+    for ctx in (100, 512, 1000, 5000):
+        o = base.overhead_ms(ctx)
+        got, ref = m.verify_curve(ctx), base.verify_curve(ctx)
+        assert got[0] == pytest.approx(ref[0] + 0.1 - o, abs=1e-4) and np.array_equal(got[1:], ref[1:])
+        assert m.plain_verify_ms(ctx) == float(got[0]) and m.plain_overhead_ms(ctx) == pytest.approx(0.1, abs=1e-4)
+        assert m.round_ms(0, ctx) == pytest.approx(base.round_ms(0, ctx) - o + 0.1, abs=1e-4)
+        assert m.plain_round_ms(ctx) == pytest.approx(ref[0] + 0.1, abs=1e-4)
+        assert m.plain_step_ms(ctx) == pytest.approx(base.plain_step_ms(ctx)) == pytest.approx(ref[0])
+        assert m.row_slope_floor(ctx) >= base.row_slope_floor(ctx) - 1e-12
+    # one node worth 0.6 of the 1-node tree's extra cost at plain-step prices under o: a tree; under o_plain: plain
+    ctx = 512
+    c0, c1 = base.round_ms(0, ctx), base.round_ms(1, ctx)
+    gap = (c1 - c0) / c0  # break-even δ under o (θ_1 = θ_0)
+    lw = np.log([gap * 1.02])
+    assert choose_tree_size(lw, base, ctx).n == 1 and choose_tree_size(lw, m, ctx).n == 0
+    for cost in (base, m):  # the stop rule keeps the same choice
+        stop = TreeStop(cost, ctx)
+        stop(float(lw[0]))
+        assert stop.choice().n == choose_tree_size(lw, cost, ctx).n
+    path = save_cost_model(m, tmp_path / "m.json")
+    assert np.array_equal(load_cost_model(path).overhead_plain, m.overhead_plain)
+    _edit(path, lambda d: d["fit"].pop("overhead_plain_ms"))  # saved before it
+    assert load_cost_model(path).overhead_plain is None
+    with pytest.raises(CaddtreeError, match="malformed|finite"):
+        fit_cost_model({**REF, "overhead_plain_ms": [0.1, float("nan"), 0.1]}, PROV)
+    m.overhead_plain = np.array([0.1, 0.2])
+    assert "shapes" in check_cost_model(m)
+
+
 def test_overhead_line_through_two_tree_sizes():
     """The profile's overhead at a small and a full-budget tree -> the per-node part (median over ℓ of the slopes,
     never negative) and the rest per ℓ (never negative); one size: no per-node part."""
@@ -562,6 +600,7 @@ def test_overhead_line_through_two_tree_sizes():
     assert flat["overhead_node_ms"] == 0.0 and flat["overhead_ms"] == [1.0]
     assert overhead_line([4], [[0.7]]) == {"overhead_ms": [0.7], "overhead_node_ms": 0.0, "overhead_sizes": [4],
                                            "overhead_by_size_ms": [[0.7]]}
+    assert overhead_line([4], [[0.7]], [0.21234])["overhead_plain_ms"] == [0.2123]  # a plain step's, as measured
     tiny = overhead_line([8, 64], [[0.01, 1.2]])  # a rest below zero on the line is clamped
     assert tiny["overhead_ms"] == [0.0] and tiny["overhead_node_ms"] == pytest.approx(1.19 / 56)
 
@@ -581,14 +620,17 @@ def test_profile_times_the_overhead_at_two_tree_sizes(tmp_path, monkeypatch, cap
     assert meas["overhead_sizes"] == [4, 12] and np.asarray(meas["overhead_by_size_ms"]).shape == (2, 2)
     assert np.all(np.asarray(meas["overhead_by_size_ms"]) > 0) and meas["overhead_node_ms"] >= 0
     assert m.overhead_node == meas["overhead_node_ms"] and len(meas["overhead_ms"]) == 2
+    assert len(meas["overhead_plain_ms"]) == 2 and np.all(np.asarray(meas["overhead_plain_ms"]) > 0)
+    assert np.array_equal(m.overhead_plain, np.maximum.accumulate(m.overhead_plain))  # fitted non-decreasing in ℓ
     vpath = profile.verify_profile_path(target)
-    _edit(vpath, lambda d: d["measurements"].pop("overhead_node_ms"))
     path = default_cost_path(target.fingerprint, profile.drafter_id(drafter), profile.device_label(target))
-    _edit(path, lambda d: d["measurements"].pop("overhead_node_ms"))
-    capsys.readouterr()
-    m2 = profile.ensure_cost_model(target, drafter, progress=False)
-    err = capsys.readouterr().err
-    assert "verify cost measured" in err and "kept" in err and "overhead_node_ms" in m2.measurements
+    for key in ("overhead_node_ms", "overhead_plain_ms"):  # profiles saved before either are measured again
+        _edit(vpath, lambda d: d["measurements"].pop(key))
+        _edit(path, lambda d: d["measurements"].pop(key))
+        capsys.readouterr()
+        m2 = profile.ensure_cost_model(target, drafter, progress=False)
+        err = capsys.readouterr().err
+        assert "verify cost measured" in err and "kept" in err and key in m2.measurements
 
 
 def test_plain_step_cost_and_row_slope_floor_without_the_curve():

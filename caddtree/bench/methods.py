@@ -33,7 +33,8 @@ def full_build_overhead(measurements: dict) -> dict:
 
 REFITS = {"convex": {"row_group": 1, "verify_fit": "convex"}, "passes": {"verify_fit": "convex"},  # method suffix ->
           "mono": {"verify_fit": "monotone"},  # the cost model refitted from its measurements with these (a dict, or
-          "fullbuild": full_build_overhead}   # a function of the measurements giving one)
+          "fullbuild": full_build_overhead,   # a function of the measurements giving one)
+          "oneover": {"overhead_plain_ms": None}}  # the plain step priced at a tree round's overhead, as before it
 
 
 PEERS = ("hf", "hf-lookup", "llamacpp")
@@ -104,7 +105,8 @@ def perturb_cost_model(model, draft_scale: float = 1.0, slope_scale: float = 1.0
     s[1:] = s[1:2] + slope_scale * (s[1:] - s[1:2])
     cheap = None if model.cheap_draft is None else model.cheap_draft * draft_scale
     out = CostModel(model.ctxs, v, s, model.draft * draft_scale, model.overhead.copy(), cheap, model.row_group,
-                    model.pass_ms * slope_scale, model.verify_fit, model.overhead_node, measurements=model.measurements,
+                    model.pass_ms * slope_scale, model.verify_fit, model.overhead_node, model.overhead_plain,
+                    measurements=model.measurements,
                     provenance={**model.provenance, "perturbed": {"draft_scale": draft_scale,
                                                                   "verify_slope_scale": slope_scale}})
     problem = check_cost_model(out)

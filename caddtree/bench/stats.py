@@ -29,9 +29,11 @@ def priced_ms_per_token(r: dict, cost) -> float | None:
     drafted = r.get("drafted") or [1] * len(sizes)  # the speculation gate's plain steps draft nothing
     ctx, total = r["prompt_len"] - 1, 0.0
     for n, a, f, d in zip(sizes, acc, full, drafted):
-        total += cost.verify_ms(n, ctx)
-        if speculative:
-            total += cost.overhead_ms(ctx) + d * (f * cost.draft_ms(ctx) + (1 - f) * cost.cheap_draft_ms(ctx))
+        if speculative:  # n = 0: C_v(0) + o_plain, as the policy prices its plain option
+            total += cost.overhead_ms(ctx) + cost.verify_ms(n, ctx)
+            total += d * (f * cost.draft_ms(ctx) + (1 - f) * cost.cheap_draft_ms(ctx))
+        else:
+            total += cost.plain_step_ms(ctx)
         ctx += a + 1
     return total / r["new_tokens"]
 
