@@ -339,8 +339,10 @@ class SpeculationGate:
     prompt, within noise. `Decoder(speculation_gate=True)` or `caddtree@spec` in `caddtree bench`.
     """
 
+    MARGIN = 0.05  # the default margin (docstring)
+
     def __init__(self, memory: float = 0.95, warmup: int = 4, explore_every: int = 8, max_interval: int = 32,
-                 margin: float = 0.05):
+                 margin: float = MARGIN):
         self.memory, self.warmup, self.explore_every, self.max_interval = memory, warmup, explore_every, max_interval
         self.margin = margin
         self.overhead = {True: 0.0, False: 0.0}  # drafted -> running mean of the measured rest of a round, ms

@@ -112,7 +112,8 @@ class Decoder:
 
     def __init__(self, target: Target, drafter: Drafter | None = None, method: str = "ar", budget: int = 32,
                  cost_model=None, gate: bool | str = True, calibrate_phi: bool | str = SAMPLING_ONLY,
-                 speculation_gate: bool | str = False, carry_gate: bool | str = SAMPLING_ONLY):
+                 speculation_gate: bool | str = False, carry_gate: bool | str = SAMPLING_ONLY,
+                 speculation_margin: float = SpeculationGate.MARGIN):
         if method not in METHODS:
             raise CaddtreeError(f"unknown method '{method}': choose one of {', '.join(METHODS)}")
         if method != "ar" and drafter is None:
@@ -159,11 +160,11 @@ class Decoder:
         self.calibrate_phi = calibrate_phi if method == "caddtree" else False
         self.phi_cal: dict = {}  # sampling setting -> {stage: PhiCalibration} (`drafter.for_setting`)
         # speculation_gate: draft at all this round? (`budget.SpeculationGate`; off by default: within noise of
-        # drafting every round, docs/sampling.md)
+        # drafting every round, docs/sampling.md); it drafts while its running gain is above -speculation_margin
         self.speculation_gate = speculation_gate if method == "caddtree" else False
         if self.speculation_gate and not hasattr(drafter, "skip"):
             raise CaddtreeError("speculation_gate needs a drafter with skip(features) (caddtree.drafter.Drafter's)")
-        self.spec_gate = SpeculationGate() if self.speculation_gate else None
+        self.spec_gate = SpeculationGate(margin=speculation_margin) if self.speculation_gate else None
         self.sampling = SamplingParams()  # the current generation's
 
     def _sampled_option(self, value) -> bool:
@@ -360,9 +361,10 @@ class Decoder:
             if phi_cal is not None and len(tree):
                 phi_cal.observe(tree.log_weights, path)
             if spec_gate is not None and options:  # each draft at 1 + its (calibrated) Φ, priced without overhead
-                over = self.cost_model.overhead_ms(ctx)
-                spec_gate.observe([(1.0 + c.phi, c.predicted_ms - over) for c in options],
-                                  self.cost_model.plain_step_ms(ctx))
+                cost = self.cost_model  # a choice of n = 0 was priced with o_plain, of n >= 1 with o
+                over = {True: cost.overhead_ms(ctx), False: cost.plain_overhead_ms(ctx)}
+                spec_gate.observe([(1.0 + c.phi, c.predicted_ms - over[c.n > 0]) for c in options],
+                                  cost.plain_step_ms(ctx))
             if len(tree):
                 rows = commit_path(cache, ctx, path, device)
                 feats = vfeats.index_select(0, rows) if vfeats is not None else None

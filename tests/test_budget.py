@@ -427,6 +427,21 @@ def test_speculation_gate_stops_drafting_where_it_does_not_pay_and_rechecks_less
     assert gate.draft() and gate.interval == 4
 
 
+def test_speculation_gate_margin_decides_a_small_steady_loss():
+    """Drafts that cost 3% of a step and never yield (gain -3% every round, sampled chat text with prompt lookup):
+    the default margin (5%) keeps drafting every round; margin 0 (`caddtree@spec0`) drafts only its re-checks."""
+    from caddtree.budget import SpeculationGate
+    for margin in (SpeculationGate.MARGIN, 0.0):
+        gate = SpeculationGate(warmup=2, explore_every=8, max_interval=32, margin=margin)
+        drafted = 0
+        for _ in range(2 + 100):
+            if gate.draft():
+                drafted += 1
+                gate.observe([(1.0, 1.03)], 1.0)
+        after_warmup = drafted - 2
+        assert after_warmup == 100 if margin else after_warmup <= 100 // 8  # re-checks every 8, 16, 32 rounds
+
+
 def test_speculation_gate_follows_a_text_where_speculation_starts_paying():
     from caddtree.budget import SpeculationGate
     gate = SpeculationGate(warmup=2, explore_every=4, max_interval=64, margin=0.05)

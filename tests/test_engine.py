@@ -393,6 +393,31 @@ def test_speculation_gate_drafts_where_it_pays_and_decodes_plainly_elsewhere(see
     assert Decoder(target, oracle, "caddtree", cost_model=cost).generate(p, 8).rounds[0].drafted is None  # greedy
 
 
+def test_speculation_gate_prices_each_draft_without_the_profiles_overheads():
+    """The speculation gate weighs its own measured overheads, so each draft reaches it at C_d + C_v(n) (+ o_n · n):
+    a choice of n = 0, which the policy prices with the plain option's o_plain, must not come with o_plain - o
+    taken off (a plain choice looked 1.25 ms cheaper than a plain step here, and the gate kept drafting)."""
+    import numpy as np
+
+    from caddtree.costmodel import CostModel
+    target, p = make_tiny_target(0), prompt(0, 16)
+    cv = np.r_[10.0, 10.0 + 0.5 * np.arange(1, 17)]
+    cost = CostModel([1], cv[None], np.zeros(17), [2.0], [1.5], overhead_plain=[0.25])
+    plain_choices = 0
+    for sharpness in (0.1, 3.0):  # flat marginals: the plain option chosen; peaked ones: trees
+        dec = Decoder(target, RandomDrafter(target.vocab_size, 4, seed=0, sharpness=sharpness), "caddtree",
+                      cost_model=cost, speculation_gate=True)
+        seen, observe = [], dec.spec_gate.observe
+        dec.spec_gate.observe = lambda tokens_ms, plain_ms: (seen.append((tokens_ms, plain_ms)),
+                                                             observe(tokens_ms, plain_ms))
+        drafted = [r for r in dec.generate(p, 40).rounds if r.drafted]
+        assert len(seen) == len(drafted) > 0
+        for (tokens_ms, plain_ms), r in zip(seen, drafted):
+            assert plain_ms == pytest.approx(10.0) and tokens_ms[-1][1] == pytest.approx(2.0 + cv[r.tree_size])
+        plain_choices += sum(r.tree_size == 0 for r in drafted)
+    assert 0 < plain_choices
+
+
 def test_caddtree_options_refuse_unknown_values():
     import numpy as np
 
