@@ -101,8 +101,9 @@ def cmd_profile(args) -> None:
     drafter = load_drafter_spec(args.drafter, target)
     model = ensure_cost_model(target, drafter, path=args.out, preset=args.preset, force=True)
     for ctx in model.ctxs:
-        pts = ", ".join([f"C_v(0)={model.plain_step_ms(ctx):.1f}"] + [f"C_v({n})={model.verify_ms(n, ctx):.1f}" for n in (1, 4, 8, 16, 64)
-                                                   if n <= model.max_nodes])
+        sizes = [n for n in (1, 4, 8, 16, 64) if n <= model.max_nodes]
+        pts = ", ".join([f"C_v(0)={model.plain_step_ms(ctx):.1f}"]  # without o_plain - o (`verify_curve`)
+                        + [f"C_v({n})={model.verify_ms(n, ctx):.1f}" for n in sizes])
         fit_note = (f", +{model.pass_ms[model.ctxs.index(ctx)]:.1f} ms per extra pass of {model.row_group} rows"
                   if model.row_group > 1 and model.verify_fit == "convex" else f" ({model.verify_fit} fit)")
         print(f"ℓ={int(ctx)}: C_d={model.draft_ms(ctx):.1f} ms, overhead={model.overhead_ms(ctx):.2f} ms "

@@ -1,7 +1,8 @@
 """Cost model of a machine: C_v(n; ℓ) (verify n tree nodes + root on a KV cache of ℓ), C_d(ℓ) (one drafting round)
 and the per-round overhead (tree build, stop rule, acceptance, cache compaction) o(ℓ) + o_n · n for a round that
 verifies n >= 1 tree nodes, o_plain(ℓ) for a round that chose the plain step (n = 0: one row's choice, nothing
-compacted), all in milliseconds. Pure logic: fitting and evaluation only (the file format is `costfile`, the measurement `profile`).
+compacted), all in milliseconds. Pure logic: fitting and evaluation only (the file format is `costfile`, the
+measurement `profile`).
 
 The fit turns noisy medians into a curve CaDDTree can trust. Per context length, C_v is fitted non-decreasing in n
 (a larger tree never costs less); the default shape is monotone ("monotone", isotonic least squares in relative
@@ -149,8 +150,8 @@ class CostModel:
         return self._scalar_blend("row_slope", ctx) if "row_slope" in self._scalars else float("inf")
 
     def verify_ms(self, n, ctx: float):
-        """`verify_curve`'s entries in ms: C_v(n; ctx) + o_n · n (n >= 1), C_v(0; ctx) + o_plain - o (n = 0); n an int (-> float) or a 1-D array/tensor of ints
-        (-> np.ndarray)."""
+        """`verify_curve`'s entries in ms: C_v(n; ctx) + o_n · n (n >= 1), C_v(0; ctx) + o_plain - o (n = 0); n an
+        int (-> float) or a 1-D array/tensor of ints (-> np.ndarray)."""
         idx = np.asarray(n.cpu() if hasattr(n, "cpu") else n, dtype=np.int64)
         if idx.size and (idx.min() < 0 or idx.max() > self.max_nodes):
             bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
@@ -171,8 +172,8 @@ class CostModel:
         return self._scalar_blend("cheap_draft", ctx)
 
     def overhead_ms(self, ctx: float) -> float:
-        """The overhead's fixed part o(ℓ), charged to every round (its per-node part, and a plain step's difference
-        o_plain - o, are in `verify_curve`)."""
+        """The overhead's fixed part o(ℓ), charged to every round (its per-node part, and the plain option's
+        difference o_plain - o, are in `verify_curve`)."""
         return self._scalar_blend("overhead", ctx)
 
     def plain_overhead_ms(self, ctx: float) -> float:

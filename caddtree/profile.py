@@ -158,7 +158,7 @@ def _plain_last(by_size: list[list[float]]) -> tuple[list[list[float]], list[flo
 def overhead_line(sizes: list[int], by_size: list[list[float]], plain: list[float] | None = None) -> dict:
     """The overhead's measurements from its medians by_size [ctx][size] (ms) at tree sizes `sizes` (one or two):
     the per-node part o_n (the line through the two sizes, median over ℓ, >= 0) and the rest per ℓ (>= 0); plain
-    [ctx] (optional): a plain step's overhead per ℓ, kept as measured."""
+    [ctx] (optional): the plain option's overhead per ℓ, kept as measured."""
     o = np.asarray(by_size, dtype=np.float64)
     node = 0.0
     if len(sizes) == 2 and sizes[1] > sizes[0]:
@@ -196,7 +196,7 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
     booked = sorted({max(n for n in ns if n <= OVERHEAD_SMALL), n_max})  # the overhead's tree sizes (docstring)
     max_sweeps = warmup + 3 * repeats  # more sweeps only while the medians look disturbed (module docstring)
     times = np.zeros((max_sweeps, len(ctxs), len(ns)))
-    over = np.zeros((max_sweeps, len(ctxs), len(booked) + 1))  # the last: a plain step's (no tree)
+    over = np.zeros((max_sweeps, len(ctxs), len(booked) + 1))  # the last: the plain option's
     bar = tqdm(total=len(ctxs) * (warmup + repeats) * (len(ns) + 1), desc="profiling verify cost",
                disable=not progress, unit="run", file=sys.stderr)
     try:
