@@ -16,8 +16,7 @@ Per context length ℓ (KV cache prefilled with random tokens):
 - o_plain(ℓ): the bookkeeping of a round that built the small tree and chose the plain step (the build and stop
   rule as in o, then the target's choice on the root's one row; nothing compacted), charged to the n = 0 option
   instead of o(ℓ). Priced at o, the plain option carried a tree's acceptance and compaction it does not pay, so a
-  1-node tree looked ~0.2-0.3 ms cheaper against it than it is: on sampled text with Φ ~0.1 a round, trees that
-  did not pay.
+  1-node tree looked ~0.4 ms cheaper against it than it is (AMD EPYC), which decides where Φ is ~0.1 a round.
 
 Every figure is the median over repeats after warm-up (minima kept too, for audit). All ctx caches are prefilled first
 and the whole (ℓ, n) grid is swept once per repeat, so load drifts of a shared machine hit every cell alike. While the
