@@ -85,6 +85,7 @@ class CostModel:
             ("draft", self.draft), ("overhead", self.overhead), ("cheap_draft", self.cheap_draft),
             ("overhead_plain", self.plain_overhead)) if table is not None}
         self._scalars["plain_verify"] = (self._curve[:, 0].tolist(), float(self._curve_slope[0]))
+        self._scalars["plain_step"] = (self.verify[:, 0].tolist(), float(self.verify_slope[0]))  # C_v(0) alone
         # min over n >= 1 of (C_v(n) - C_v(0)) / n per grid ctx, and of its slope past the grid: blended like the
         # others, a lower bound of the same minimum on the blended curve (a min of blends >= the blend of the mins)
         rows = np.arange(1, self.max_nodes + 1)
@@ -142,7 +143,7 @@ class CostModel:
 
     def plain_step_ms(self, ctx: float) -> float:
         """C_v(0; ctx) alone, the plain step's forward as measured."""
-        return self.plain_round_ms(ctx) - self.plain_overhead_ms(ctx)
+        return self._scalar_blend("plain_step", ctx)
 
     def row_slope_floor(self, ctx: float) -> float:
         """A lower bound of min over n >= 1 of (C_v(n; ctx) - C_v(0; ctx)) / n, the least verify cost per extra row

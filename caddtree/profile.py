@@ -149,11 +149,6 @@ def accept_and_compact(cache, ctx: int, tree: Tree, logits) -> float:
     return now(device) - t0
 
 
-def _plain_last(by_size: list[list[float]]) -> tuple[list[list[float]], list[float]]:
-    """[ctx][sizes..., plain] medians -> ([ctx][sizes], [ctx] plain)."""
-    return [row[:-1] for row in by_size], [row[-1] for row in by_size]
-
-
 def overhead_line(sizes: list[int], by_size: list[list[float]], plain: list[float] | None = None) -> dict:
     """The overhead's measurements from its medians by_size [ctx][size] (ms) at tree sizes `sizes` (one or two):
     the per-node part o_n (the line through the two sizes, median over ℓ, >= 0) and the rest per ℓ (>= 0); plain
@@ -195,7 +190,8 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
     booked = sorted({max(n for n in ns if n <= OVERHEAD_SMALL), n_max})  # the overhead's tree sizes (docstring)
     max_sweeps = warmup + 3 * repeats  # more sweeps only while the medians look disturbed (module docstring)
     times = np.zeros((max_sweeps, len(ctxs), len(ns)))
-    over = np.zeros((max_sweeps, len(ctxs), len(booked) + 1))  # the last: the plain option's
+    over = np.zeros((max_sweeps, len(ctxs), len(booked)))
+    over_plain = np.zeros((max_sweeps, len(ctxs)))  # the plain option's, after the small tree's build
     bar = tqdm(total=len(ctxs) * (warmup + repeats) * (len(ns) + 1), desc="profiling verify cost",
                disable=not progress, unit="run", file=sys.stderr)
     try:
@@ -232,13 +228,13 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
                     crop_cache(cache, ctx)
                     if k == 0:  # the plain option after the same build: the choice on one row, nothing compacted
                         logits, _ = verify_tree(target, cache, root, Tree.empty())
-                        over[r, ci, -1] = build + accept_and_compact(cache, ctx, Tree.empty(), logits)
+                        over_plain[r, ci] = build + accept_and_compact(cache, ctx, Tree.empty(), logits)
                         crop_cache(cache, ctx)
                 bar.update()
     finally:
         target.hidden_layers = saved_layers
         bar.close()
-    times, over = times[:sweeps], over[:sweeps]
+    times, over, over_plain = times[:sweeps], over[:sweeps], over_plain[:sweeps]
     ms = lambda a, f: (1000 * f(a[warmup:], axis=0)).round(3).tolist()  # noqa: E731
     verify_ms = ms(times, np.median)
     inv, load = inversion(verify_ms), busy(times[warmup:])
@@ -248,7 +244,8 @@ def profile_verify(target, ns, ctxs, repeats: int = 3, warmup: int = 1, progress
               file=sys.stderr)
     elif load > BUSY:
         _warn_busy(f"{sweeps - warmup} verify sweeps", load)
-    return {"ns": ns, "ctxs": ctxs, "verify_ms": verify_ms, **overhead_line(booked, *_plain_last(ms(over, np.median))),
+    return {"ns": ns, "ctxs": ctxs, "verify_ms": verify_ms,
+            **overhead_line(booked, ms(over, np.median), ms(over_plain, np.median)),
             "verify_min_ms": ms(times, np.min), "repeats": repeats, "warmup": warmup, "row_group": group,
             "sweeps": sweeps - warmup, "inversion": round(inv, 4), "busy": round(load, 4)}
 
@@ -347,14 +344,19 @@ def _load_verify(target) -> dict | None:
         prov = doc["provenance"]
         if (doc.get("format") == VERIFY_FORMAT and prov["target_fingerprint"] == target.fingerprint
                 and prov["verify_id"] and doc["measurements"].get("row_group", 1) == verify_row_group(target)
-                and "overhead_node_ms" in doc["measurements"]  # else priced at a full-budget build: measured again
-                and "overhead_plain_ms" in doc["measurements"]  # else plain steps priced at a tree round's overhead
+                and overheads_measured(doc["measurements"])
                 and covers_preset(doc["measurements"], prov.get("preset"))):
             fit_cost_model({**doc["measurements"], "draft_ms": 0.0})  # shape checks of the measurements
             return doc
     except (OSError, ValueError, KeyError, TypeError, AttributeError, CaddtreeError):
         pass
     return None
+
+
+def overheads_measured(meas: dict) -> bool:
+    """Whether measurements hold the overhead as priced now: without its per-node part every round was priced at a
+    full-budget build; without the plain option's own overhead, plain steps at a tree round's. Else measured again."""
+    return "overhead_node_ms" in meas and "overhead_plain_ms" in meas
 
 
 def covers_preset(meas: dict, preset: str | None) -> bool:
@@ -427,8 +429,7 @@ def ensure_cost_model(target, drafter, path=None, preset: str = "coarse", progre
                 model.measurements.get("row_group", 1) != verify_row_group(target)  # measured for another kernel
                 or model.verify_fit != VERIFY_FITS[0]  # fitted to another shape (before the monotone default)
                 or not covers_preset(model.measurements, model.provenance.get("preset"))  # an older, smaller preset
-                or "overhead_node_ms" not in model.measurements  # priced at a full-budget build (`_load_verify`)
-                or "overhead_plain_ms" not in model.measurements  # plain steps at a tree round's overhead (the same)
+                or not overheads_measured(model.measurements)
                 or (shared is not None and model.provenance.get("verify_id") != shared["provenance"]["verify_id"]))
             if not stale:
                 print(f"cost model: loaded {path} (profiled {model.provenance.get('date', '?')}, "
