@@ -12,6 +12,8 @@ class GrowingLayer(DynamicLayer):
     300-token context that was ~10 ms of a ~60 ms decoding step, growing with the context. `crop` and
     `compact_cache` keep working on the views (they shorten `keys`/`values`; the buffer is reused)."""
 
+    buf_k = buf_v = None  # the buffers, made at the first update or reserve
+
     def update(self, key_states, value_states, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)

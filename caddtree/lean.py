@@ -202,6 +202,7 @@ class LeanForward:
         self.layers = [self._layer(layer, gemma, kinds[i] if kinds else None)
                        for i, layer in enumerate(inner.layers[:cfg.num_hidden_layers])]
         self.native = self._native_layers() if native and self.row_kernel else None
+        self._rope_table = None  # (cos, sin) [R, P, d] by position, False: not used (`_rope_rows`)
 
     def _layer(self, layer, gemma: bool, kind: str | None) -> Layer:
         """One HF decoder layer's parts, q/k/v and gate/up fused (Phi3: as stored)."""
@@ -256,12 +257,10 @@ class LeanForward:
         [n, ctx + n] float additive or None (causal). Returns logits [n, V] float32 and the outputs of the decoder
         layers in `hidden_layers`, concatenated [n, len(hidden_layers) * H] (None if none asked)."""
         n, ctx = input_ids.shape[0], cache.get_seq_length()
-        if position_ids is None:
-            position_ids = torch.arange(ctx, ctx + n, device=input_ids.device)
         x = self.embed(input_ids)  # [n, H] (Gemma's embedding module scales by sqrt(H) itself)
-        cos, sin = self._rope(x, position_ids)  # [R, n, d] each: one per rope kind
+        cos, sin = self._rope_rows(x, ctx, position_ids)  # [R, n, d] each: one per rope kind
         allowed = None if attn_mask is None else attn_mask == 0  # [n, L] bool, None: causal
-        masks = (allowed, self._window_mask(allowed, ctx, position_ids))  # full layers', sliding layers'
+        masks = (allowed, self._window_mask(allowed, ctx, n, position_ids))  # full layers', sliding layers'
         if (self.native is not None and n <= MAX_ROWS and x.device.type == "cpu" and x.dtype == torch.float32
                 and all(type(layer) is GrowingLayer for layer in cache.layers)):
             x, feats = self._native_call(x, cos.contiguous(), sin.contiguous(), cache, ctx, masks, hidden_layers)
@@ -279,6 +278,42 @@ class LeanForward:
             return logits, None
         return logits, torch.cat([feats[k] for k in hidden_layers], dim=-1)
 
+    def _rope_rows(self, x, ctx: int, position_ids):
+        """cos, sin [R, n, d] for the rows of x [n, H] at position_ids [n] (None: ctx .. ctx + n - 1), read from a table
+        of every position below a bound (`_rope` over arange(P), P a power of two >= 1024, remade where a position
+        reaches P). Why: the rotary module's few ops cost ~0.1 ms a plain step, cache-cold after the weights. Its values
+        are elementwise functions of the position (position · inv_freq, then cos and sin), so a table row equals what a
+        call for that position alone gives; `_make_rope_table` checks that on a few rows and leaves the table off (the
+        module asked every call) where it does not hold. Longrope, asked row by row, never uses the table."""
+        n = x.shape[0]
+        top = ctx + n if position_ids is None else int(position_ids.max()) + 1
+        table = self._rope_table
+        if table is not False and (table is None or top > table[0].shape[1] or table[0].dtype != x.dtype
+                                   or table[0].device != x.device):
+            table = self._rope_table = self._make_rope_table(x, top)
+        if table is False:
+            if position_ids is None:
+                position_ids = torch.arange(ctx, ctx + n, device=x.device)
+            return self._rope(x, position_ids)
+        cos, sin = table
+        if position_ids is None:
+            return cos[:, ctx:ctx + n], sin[:, ctx:ctx + n]
+        return cos.index_select(1, position_ids), sin.index_select(1, position_ids)
+
+    def _make_rope_table(self, x, top: int):
+        """(cos, sin) [R, P, d] for positions 0 .. P - 1, P = max(1024, the power of two >= top), in x's dtype and
+        on its device; False where the rotary module is asked row by row (longrope) or a checked row differs from
+        the module's answer for that position alone."""
+        if self.rope_per_row:
+            return False
+        P = max(1024, 1 << (top - 1).bit_length())
+        cos, sin = self._rope(x[:1], torch.arange(P, device=x.device))
+        for p in (0, 1, top - 1, P - 1):
+            c, s = self._rope(x[:1], torch.arange(p, p + 1, device=x.device))
+            if not (torch.equal(c, cos[:, p:p + 1]) and torch.equal(s, sin[:, p:p + 1])):
+                return False
+        return cos, sin
+
     def _rope(self, x, position_ids):
         """cos, sin [R, n, d] of the rows' positions from the model's own rotary_emb, one per rope kind (Gemma3:
         rotary_emb(x, positions, kind); else R = 1), row by row for longrope."""
@@ -294,14 +329,16 @@ class LeanForward:
             pairs.append((torch.cat([c for c, _ in rows], 1), torch.cat([s for _, s in rows], 1)))
         return torch.cat([c for c, _ in pairs]), torch.cat([s for _, s in pairs])
 
-    def _window_mask(self, allowed, ctx, position_ids):
+    def _window_mask(self, allowed, ctx, n, position_ids):
         """The sliding layers' allowed columns: `allowed` ([n, L] bool, None: causal) less the columns W or more
-        positions before the row's (cache column j holds position j, the n new ones `position_ids` [n]). `allowed`
-        itself where no column can be that far: without a window, or while ctx + n <= W (a row's position never
-        exceeds its cache index)."""
-        n, W = position_ids.shape[0], self.window
+        positions before the row's (cache column j holds position j, the n new ones `position_ids` [n], None: ctx ..
+        ctx + n - 1). `allowed` itself where no column can be that far: without a window, or while ctx + n <= W (a
+        row's position never exceeds its cache index)."""
+        W = self.window
         if W is None or ctx + n <= W:
             return allowed
+        if position_ids is None:
+            position_ids = torch.arange(ctx, ctx + n, device=self.norm_w.device)
         if allowed is None:
             dev = position_ids.device
             allowed = torch.arange(ctx + n, device=dev) <= torch.arange(ctx, ctx + n, device=dev)[:, None]
@@ -311,15 +348,18 @@ class LeanForward:
         """The decoder layers in one C++ call: x [n, H], cos/sin [R, n, d], masks (full layers', sliding layers')
         [n, L] bool or None; the cache's buffers get room for n rows, lean_layers.cpp writes them, then the layers
         take them in. -> (x [n, H], {layer: its output [n, H]})."""
-        n = x.shape[0]
-        like = x.new_empty(1, self.g, 0, self.d)
-        buffers = [layer.reserve(n, like) for layer in cache.layers]
+        n, layers = x.shape[0], cache.layers
+        k_bufs, v_bufs = [layer.buf_k for layer in layers], [layer.buf_v for layer in layers]
+        if not self.native.has_room(
+                [layer.keys for layer in layers], [layer.values for layer in layers], k_bufs, v_bufs, ctx, n):
+            like = x.new_empty(1, self.g, 0, self.d)  # a fresh cache, a full buffer, or keys that are not views
+            k_bufs, v_bufs = zip(*[layer.reserve(n, like) for layer in layers])
         full, sliding = (torch.empty(0, dtype=torch.bool) if m is None else m.contiguous() for m in masks)
-        out = self.native.forward(x, cos, sin, [k for k, _ in buffers], [v for _, v in buffers], ctx, full,
-                                  sliding, list(hidden_layers))
-        for layer in cache.layers:
-            layer.advance(n)
-        return out[0], dict(zip(hidden_layers, out[1:]))
+        out = self.native.forward(x, cos, sin, list(k_bufs), list(v_bufs), ctx, full, sliding, list(hidden_layers))
+        f, count = 1 + len(hidden_layers), len(layers)
+        for layer, k, v in zip(layers, out[f:f + count], out[f + count:]):  # GrowingLayer.advance(n), made in C++
+            layer.keys, layer.values = k, v
+        return out[0], dict(zip(hidden_layers, out[1:f]))
 
     def _python_layers(self, x, cos, sin, cache, ctx, masks, hidden_layers):
         """The decoder layers as PyTorch calls (any row count, dtype, device): x [n, H], cos/sin [R, n, d], masks

@@ -207,6 +207,59 @@ def test_longrope_rows_take_their_own_frequencies():
     assert torch.equal(tree_logits[4], branch[0]), "branch row"
 
 
+def test_cpp_layers_write_in_place_only_where_every_cache_layer_has_room():
+    """`LeanLayers.has_room`: the C++ loop writes the new KV rows into the buffers only where each layer's cache is
+    the first ctx rows of its buffer with room for n more; else `GrowingLayer.reserve` runs first. False on a fresh
+    cache, True after a step, False where the buffer is full or a layer's keys are a copy (not a view of it); the
+    forward after each still gives the HF model's logits (the cache grown past its first buffer's 256 rows)."""
+    if not packing_available():
+        pytest.skip("the CPU kernels are not built here")
+    model = make_model("llama-untied-biases")
+    pack_linears(model)
+    target, lean = make_target(model), LeanForward(model)
+    cache, hf_cache = target.new_cache(), target.new_cache()
+
+    def room(n: int) -> bool:
+        layers = cache.layers
+        return lean.native.has_room([c.keys for c in layers], [c.values for c in layers],
+                                    [c.buf_k for c in layers], [c.buf_v for c in layers], cache.get_seq_length(), n)
+
+    def step(tokens):
+        got, _ = lean(tokens, cache)
+        want, _ = hf_forward(model, tokens, hf_cache, layers=[0])
+        assert_close(got, want, f"logits at context {cache.get_seq_length()}")
+
+    assert not room(1)
+    step(ids(0, 60))
+    assert room(1) and not room(cache.layers[0].buf_k.shape[-2])  # no room past the buffer's end
+    for i in range(4):  # 60 + 4 x 60 = 300 rows: past the first buffer (256), reserved anew on the way
+        step(ids(i + 1, 60))
+    assert cache.get_seq_length() == 300 and cache.layers[0].buf_k.shape[-2] > 256 and room(1)
+    layer = cache.layers[1]
+    layer.keys, layer.values = layer.keys.clone(), layer.values.clone()  # no longer views of their buffers
+    assert not room(1)
+    step(ids(9, 1))
+    assert room(1)
+
+
+@pytest.mark.parametrize("family", ["llama-tied-llama3-rope", "qwen3", "gemma3-window"])
+def test_rope_table_rows_are_the_rotary_modules_own(family):
+    """The forward reads cos/sin from a table by position (`_rope_rows`); each row must be what the model's rotary
+    module gives for that position alone, bit for bit (llama3 scaling, Gemma3's two bases), for a plain step's
+    positions and a verify's, past the first table's 1024 positions (it is remade larger), and the table is in
+    use (not silently off)."""
+    lean = LeanForward(make_model(family))
+    x = torch.zeros(3, SMALL["hidden_size"])
+    for ctx, pos in ((0, None), (5, torch.tensor([5, 6, 6])), (1500, None), (2040, torch.tensor([2047, 2048, 2049]))):
+        want = pos if pos is not None else torch.arange(ctx, ctx + 3)
+        cos, sin = lean._rope_rows(x, ctx, pos)
+        assert lean._rope_table is not False
+        for i, p in enumerate(want.tolist()):
+            c, s = lean._rope(x[:1], torch.tensor([p]))
+            assert torch.equal(cos[:, i], c[:, 0]) and torch.equal(sin[:, i], s[:, 0]), f"position {p}"
+    assert lean._rope_table[0].shape[1] == 4096
+
+
 @pytest.mark.parametrize("family", ["mistral-window", "qwen2-window", "phi3-window", "llama-untied-biases"])
 def test_sdpa_path_attends_the_chain_rows_as_plain_steps(family):
     """Where the row kernel does not run (CUDA, a head_dim it does not take), a verify's leading chain rows are
