@@ -328,7 +328,8 @@ class SpeculationGate:
     `memory` ** age, normalised), and drafts while it is above -`margin`, for the first `warmup` rounds of a
     generation, and once every `interval` rounds otherwise; the interval starts at `explore_every` and doubles (to
     `max_interval`) after each re-check that leaves the gain below, so where speculation does not pay (chat text
-    sampled at T = 1) re-checks cost a few percent at first and less after. The margin leans towards drafting:
+    sampled at T = 1) re-checks cost a few percent at first and less after. A re-check's gain replaces the mean
+    instead of joining it: the rounds before the pause describe text `interval` rounds back. The margin leans towards drafting:
     around break-even, drafting keeps the calibrations learning and catches the bursts (a repeated passage) where
     it pays most. Only which rounds draft changes, never the output.
 
@@ -377,7 +378,10 @@ class SpeculationGate:
         stages' where the costly one ran); plain_ms = C_v(0; ℓ)."""
         spec = max(t / (ms + self.overhead[True]) for t, ms in tokens_ms)
         plain = 1.0 / (plain_ms + self.overhead[False])
-        w = self.memory * self.weight
+        # a re-check is a fresh look at the text: its gain replaces the mean, which describes rounds `interval` or
+        # more rounds back (kept, one re-check that paid barely moved a mean of ~20 losses, and drafting stayed off
+        # through stretches where it paid)
+        w = 0.0 if self.checking else self.memory * self.weight
         self.weight = w + 1.0
         self.gain = (w * self.gain + (spec / plain - 1.0)) / self.weight
         self.seen += 1

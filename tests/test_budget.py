@@ -456,6 +456,29 @@ def test_speculation_gate_follows_a_text_where_speculation_starts_paying():
     assert gate.gain > 0 and gate.interval == 4 and drafted > 190
 
 
+def test_speculation_gate_resumes_at_the_first_recheck_that_pays():
+    """Thirty drafted rounds that lost 10% each, then the text turns: the first re-check that gains 10% resumes
+    drafting at once (its gain replaces the mean of the losses; joined to it, the mean would stay below -5% for
+    many more re-checks, each up to `max_interval` rounds apart), and a re-check that loses again pauses it again."""
+    from caddtree.budget import SpeculationGate
+    gate = SpeculationGate(memory=0.95, warmup=30, explore_every=8, max_interval=32, margin=0.05)
+    for _ in range(30):
+        assert gate.draft()
+        gate.observe([(1.0, 1.1)], 1.0)  # 1 / 1.1 of a plain step's rate: -9%
+    skipped = 0
+    while not gate.draft():
+        skipped += 1
+    assert skipped == 7 and gate.checking
+    gate.observe([(1.1, 1.0)], 1.0)  # +10%
+    assert gate.gain == pytest.approx(0.1) and gate.draft() and gate.interval == 8
+    gate.observe([(1.1, 1.0)], 1.0)
+    losses = 0
+    while gate.draft():  # losses again (-20%): the mean of drafted rounds, not a re-check, falls below the margin
+        gate.observe([(1.0, 1.25)], 1.0)
+        losses += 1
+    assert losses == 2 and gate.gain < -0.05
+
+
 def test_speculation_gate_prices_each_kind_of_round_with_its_measured_overhead():
     """A drafted round of 2 tokens for C_d + C_v = 10 ms against a plain step of C_v(0) = 8 ms: a gain on the
     forwards alone, a loss once the drafted rounds' measured 3 ms more of tree build and compaction count (plain
