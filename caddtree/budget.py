@@ -329,15 +329,17 @@ class SpeculationGate:
     generation, and once every `interval` rounds otherwise; the interval starts at `explore_every` and doubles (to
     `max_interval`) after each re-check that leaves the gain below, so where speculation does not pay (chat text
     sampled at T = 1) re-checks cost a few percent at first and less after. A re-check's gain replaces the mean
-    instead of joining it: the rounds before the pause describe text `interval` rounds back. The margin leans towards drafting:
-    around break-even, drafting keeps the calibrations learning and catches the bursts (a repeated passage) where
-    it pays most. Only which rounds draft changes, never the output.
+    instead of joining it: the rounds before the pause describe text `interval` rounds back. The margin leans towards
+    drafting: around break-even, drafting keeps the calibrations learning and catches the bursts (a repeated passage)
+    where it pays most. Only which rounds draft changes, never the output.
 
     Measured (docs/sampling.md): off by default. Without the margin (realised gains, then expected ones) it drafted
     in 4-28% of rounds on sets where drafting every round was as fast or faster: there the expected gain of a round
     sits within a few percent of zero, and once below, the gate stops collecting the rounds that would lift it.
     With the margin, on 8 sets x 12 prompts sampled at T = 0.7 and 1.0: 0.994 and 0.985 of CaDDTree's time per
-    prompt, within noise. `Decoder(speculation_gate=True)` or `caddtree@spec` in `caddtree bench`.
+    prompt, within noise. At margin 0 with the re-check rule (results/bench-amd512-stepcut): 0.992 and 0.995 of
+    CaDDTree's time per prompt, but 4% more time pooled at T = 0.7 (it pauses through stretches of long answers where
+    drafting pays). `Decoder(speculation_gate=True)` or `caddtree@spec` / `caddtree@spec0` in `caddtree bench`.
     """
 
     MARGIN = 0.05  # the default margin (docstring)

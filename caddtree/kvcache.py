@@ -25,7 +25,8 @@ class GrowingLayer(DynamicLayer):
 
     def reserve(self, n: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Room for n more positions, for a caller that writes them itself (caddtree/lean_layers.cpp) -> the key and
-        value buffers [1, g, capacity >= m + n, d], the cache's m rows first; `advance(n)` then takes the rows in.
+        value buffers [1, g, capacity >= m + n, d], the cache's m rows first; the caller then sets `keys`/`values` to
+        their first m + n rows (lean_layers.cpp returns those views).
         like: a [1, g, *, d] tensor of the cache's dtype and device."""
         if not self.is_initialized:
             self.lazy_initialization(like, like)
@@ -35,11 +36,6 @@ class GrowingLayer(DynamicLayer):
         if old_k is None:  # a fresh buffer: the cache is its first 0 rows
             self.keys, self.values = self.buf_k[..., :0, :], self.buf_v[..., :0, :]
         return self.buf_k, self.buf_v
-
-    def advance(self, n: int) -> None:
-        """Take in the n rows written after the cache into the buffers `reserve` returned."""
-        m = self.keys.shape[-2] + n
-        self.keys, self.values = self.buf_k.narrow(-2, 0, m), self.buf_v.narrow(-2, 0, m)  # narrow: cheaper than [...]
 
 
 def room_for(buf: torch.Tensor | None, old: torch.Tensor | None, n: int, like: torch.Tensor) -> torch.Tensor:

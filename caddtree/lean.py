@@ -357,7 +357,7 @@ class LeanForward:
         full, sliding = (torch.empty(0, dtype=torch.bool) if m is None else m.contiguous() for m in masks)
         out = self.native.forward(x, cos, sin, list(k_bufs), list(v_bufs), ctx, full, sliding, list(hidden_layers))
         f, count = 1 + len(hidden_layers), len(layers)
-        for layer, k, v in zip(layers, out[f:f + count], out[f + count:]):  # GrowingLayer.advance(n), made in C++
+        for layer, k, v in zip(layers, out[f:f + count], out[f + count:]):  # the cache takes in the n rows written
             layer.keys, layer.values = k, v
         return out[0], dict(zip(hidden_layers, out[1:f]))
 

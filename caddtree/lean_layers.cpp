@@ -219,7 +219,7 @@ class LeanLayers {
         if (want[j] == int64_t(i)) out[1 + j] = x.clone();
     }
     out[0] = x;
-    for (size_t i = 0; i < Ls; ++i) {  // the cache's views (what GrowingLayer.advance made, one narrow per tensor)
+    for (size_t i = 0; i < Ls; ++i) {  // the cache's new views, its first ctx + n rows
       out[F + i] = k_bufs[i].narrow(2, 0, ctx + n);
       out[F + Ls + i] = v_bufs[i].narrow(2, 0, ctx + n);
     }
