@@ -181,6 +181,11 @@ class CostModel:
         """o_plain(ℓ), the overhead of a round that chose the plain step (`profile`: nothing compacted)."""
         return self._scalar_blend("overhead_plain", ctx)
 
+    def option_overhead_ms(self, n: int, ctx: float) -> float:
+        """The fixed overhead a choice of n tree nodes is priced with: o_plain(ℓ) for the plain option (n = 0), o(ℓ)
+        for a tree (its per-node part is in `verify_curve`)."""
+        return self.overhead_ms(ctx) if n > 0 else self.plain_overhead_ms(ctx)
+
     def round_ms(self, n, ctx: float):
         """Predicted wall time of one decoding round that verifies n tree nodes: draft + overhead + verify."""
         return self.draft_ms(ctx) + self.overhead_ms(ctx) + self.verify_ms(n, ctx)

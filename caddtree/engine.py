@@ -361,9 +361,8 @@ class Decoder:
             if phi_cal is not None and len(tree):
                 phi_cal.observe(tree.log_weights, path)
             if spec_gate is not None and options:  # each draft at 1 + its (calibrated) Φ, priced without overhead
-                cost = self.cost_model  # a choice of n = 0 was priced with o_plain, of n >= 1 with o
-                over = {True: cost.overhead_ms(ctx), False: cost.plain_overhead_ms(ctx)}
-                spec_gate.observe([(1.0 + c.phi, c.predicted_ms - over[c.n > 0]) for c in options],
+                cost = self.cost_model
+                spec_gate.observe([(1.0 + c.phi, c.predicted_ms - cost.option_overhead_ms(c.n, ctx)) for c in options],
                                   cost.plain_step_ms(ctx))
             if len(tree):
                 rows = commit_path(cache, ctx, path, device)
