@@ -1,4 +1,5 @@
-"""DFlash-style block-diffusion drafter (Llama family): model, inference wrapper with a context cache, save/load.
+"""DFlash-style block-diffusion drafter (Llama-family layers in the target's layout): model, inference wrapper with a
+context cache, save/load.
 
 One forward drafts a block [root, MASK x (B-1)] at absolute positions ℓ..ℓ+B-1 (root = last committed token, at ℓ) and
 returns B-1 per-position distributions. Context = target hidden states of m target layers at positions < ℓ, fused
@@ -59,6 +60,17 @@ class DFlashConfig:
     target_hidden_size: int = 576
     target_num_layers: int = 30
     draft_vocab_size: int = 0  # K > 0: the LM head is restricted to K frequent target tokens (`vocab_map`), 0 = all
+    # the draft layers' layout follows the target's (`target_layout`): q/k/v biases (Qwen2), per-head RMSNorms of
+    # queries and keys before RoPE (Qwen3), o_proj and MLP biases (Llama's attention_bias / mlp_bias)
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+
+    def digest_fields(self) -> dict:
+        """The fields that name this architecture in cost-profile keys: the layout flags only where set, so a
+        Llama-shaped drafter keeps the key it had before they existed (and its profiles)."""
+        return {k: v for k, v in asdict(self).items() if k not in LAYOUT_FLAGS or v}
 
     @classmethod
     def for_target(cls, target, num_layers: int = 1, block_size: int = 8, m: int = 3,
@@ -73,7 +85,39 @@ class DFlashConfig:
                    rope_theta=float(theta), vocab_size=target.vocab_size, block_size=block_size,
                    target_layers=default_target_layers(c.num_hidden_layers, m), target_name=target.name,
                    target_fingerprint=target.fingerprint, target_hidden_size=c.hidden_size,
-                   target_num_layers=c.num_hidden_layers, draft_vocab_size=draft_vocab_size)
+                   target_num_layers=c.num_hidden_layers, draft_vocab_size=draft_vocab_size,
+                   **target_layout(target.model.model.layers[-1]))
+
+
+LAYOUT_FLAGS = ("qkv_bias", "o_bias", "mlp_bias", "qk_norm")
+
+
+def target_layout(layer: nn.Module) -> dict:
+    """A target decoder layer's layout flags (DFlashConfig's), read off its modules: which projections carry
+    biases and whether queries and keys are normed per head. Fused projections (Phi3's qkv_proj, gate_up_proj)
+    count as their parts."""
+    attn, mlp = layer.self_attn, layer.mlp
+
+    def has_bias(module, *names) -> bool:
+        return any(getattr(getattr(module, n, None), "bias", None) is not None for n in names)
+    return {"qkv_bias": has_bias(attn, "q_proj", "qkv_proj"), "o_bias": has_bias(attn, "o_proj"),
+            "mlp_bias": has_bias(mlp, "gate_proj", "gate_up_proj", "down_proj"),
+            "qk_norm": hasattr(attn, "q_norm") and hasattr(attn, "k_norm")}
+
+
+def split_fused(sd: dict, c: DFlashConfig) -> dict:
+    """A target layer's state dict under the drafter's names: self_attn. / mlp. dropped, and fused projections
+    (Phi3's qkv_proj [(h + 2g)·d, H] and gate_up_proj [2I, H], gate first) split row-wise into their parts."""
+    out = {k.replace("self_attn.", "").replace("mlp.", ""): v for k, v in sd.items()}
+    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    for fused, parts, sizes in (("qkv_proj", ("q_proj", "k_proj", "v_proj"), (q, kv, kv)),
+                                ("gate_up_proj", ("gate_proj", "up_proj"), (c.intermediate_size,) * 2)):
+        for kind in ("weight", "bias"):
+            t = out.get(f"{fused}.{kind}")
+            if t is not None and t.shape[0] == sum(sizes):
+                del out[f"{fused}.{kind}"]
+                out.update({f"{p}.{kind}": v for p, v in zip(parts, t.split(sizes))})
+    return out
 
 
 class RMSNorm(nn.Module):
@@ -114,7 +158,9 @@ def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
 
 
 class Layer(nn.Module):
-    """Llama decoder layer whose attention also sees the context K/V; same parameter names as HF LlamaDecoderLayer."""
+    """A Llama-family decoder layer whose attention also sees the context K/V; the parameter names of HF's
+    LlamaDecoderLayer (self_attn. and mlp. dropped), with the biases and the per-head q/k norms (Qwen3's) that the
+    config's layout flags ask for."""
 
     def __init__(self, c: DFlashConfig):
         super().__init__()
@@ -122,16 +168,25 @@ class Layer(nn.Module):
         H, h, g, d = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim
         self.input_layernorm = RMSNorm(H, c.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(H, c.rms_norm_eps)
-        self.q_proj, self.o_proj = nn.Linear(H, h * d, bias=False), nn.Linear(h * d, H, bias=False)
-        self.k_proj, self.v_proj = nn.Linear(H, g * d, bias=False), nn.Linear(H, g * d, bias=False)
-        self.gate_proj = nn.Linear(H, c.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(H, c.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(c.intermediate_size, H, bias=False)
+        self.q_proj, self.o_proj = nn.Linear(H, h * d, bias=c.qkv_bias), nn.Linear(h * d, H, bias=c.o_bias)
+        self.k_proj, self.v_proj = nn.Linear(H, g * d, bias=c.qkv_bias), nn.Linear(H, g * d, bias=c.qkv_bias)
+        if c.qk_norm:  # over each head's d features, before RoPE
+            self.q_norm, self.k_norm = RMSNorm(d, c.rms_norm_eps), RMSNorm(d, c.rms_norm_eps)
+        self.gate_proj = nn.Linear(H, c.intermediate_size, bias=c.mlp_bias)
+        self.up_proj = nn.Linear(H, c.intermediate_size, bias=c.mlp_bias)
+        self.down_proj = nn.Linear(c.intermediate_size, H, bias=c.mlp_bias)
+
+    def heads(self, proj: nn.Linear, x: torch.Tensor, n: int, norm: str) -> torch.Tensor:
+        """x [R, H] -> [n, R, d]: one projection split into n heads, normed per head where the layout says."""
+        y = proj(x).view(x.shape[0], n, self.c.head_dim)
+        if self.c.qk_norm:
+            y = getattr(self, norm)(y)
+        return y.transpose(0, 1)
 
     def context_kv(self, ctx: torch.Tensor, pos: torch.Tensor):
         """ctx [C, H] fused context, pos [C] -> k, v [g, C, d] (k rotated)."""
         g, d = self.c.num_kv_heads, self.c.head_dim
-        k = self.k_proj(ctx).view(-1, g, d).transpose(0, 1)
+        k = self.heads(self.k_proj, ctx, g, "k_norm")
         v = self.v_proj(ctx).view(-1, g, d).transpose(0, 1)
         return rope(k, pos, self.c.rope_theta), v
 
@@ -142,8 +197,9 @@ class Layer(nn.Module):
         h, g, d = c.num_heads, c.num_kv_heads, c.head_dim
         xn = self.input_layernorm(x)
         cos, sin = rope_rows(pos.reshape(-1), d, c.rope_theta, x.device, x.dtype)  # [A·B, d], for q and k alike
-        q = rotate(self.q_proj(xn).view(A * B, h, d).transpose(0, 1), cos, sin).view(h, A, B, d)
-        kb = rotate(self.k_proj(xn).view(A * B, g, d).transpose(0, 1), cos, sin).view(g, A, B, d)
+        xr = xn.reshape(A * B, -1)
+        q = rotate(self.heads(self.q_proj, xr, h, "q_norm"), cos, sin).view(h, A, B, d)
+        kb = rotate(self.heads(self.k_proj, xr, g, "k_norm"), cos, sin).view(g, A, B, d)
         vb = self.v_proj(xn).view(A * B, g, d).transpose(0, 1).view(g, A, B, d)
         r = h // g  # GQA: query head i uses KV head i // r, so the r heads of a group share one matmul (no K/V copies)
         C = k_ctx.shape[1]
@@ -198,14 +254,19 @@ class DFlashModel(nn.Module):
         return inv[tokens]
 
     def init_from_target(self, target) -> None:
-        """Start from the target's last layers and final norm, and the mean embedding as mask. The draft layers are
-        Llama-shaped (separate q/k/v/o and gate/up/down projections without biases, two RMSNorms): a target layer
-        must map onto them exactly (Llama, Mistral), else a one-line refusal naming what differs (Qwen2's biases,
-        Qwen3's and Gemma's extra norms, Phi3's fused projections), never a partial copy."""
-        tl = target.model.model.layers
+        """Start from the target's last layers and final norm, and the mean embedding as mask. The draft layers take
+        the target layer's layout (`target_layout`: Llama, Mistral, Qwen2's q/k/v biases, Qwen3's q/k norms) and
+        Phi3's fused projections split into their parts (qkv_proj -> q, k, v; gate_up_proj -> gate, up); every
+        tensor must then land on a drafter tensor of its shape, else a one-line refusal naming what differs, never
+        a partial copy. Gemma2/3 are refused: their norms scale by 1 + w and their MLP is GELU, so their weights
+        would describe a different function in these layers."""
+        family = target.config.model_type
+        if family.startswith("gemma"):
+            raise CaddtreeError(f"--init target: a {family} layer does not map onto the drafter's Llama-family layers "
+                                f"(norms scaled by 1 + w, a GELU MLP, extra norms): use --init random")
+        c, tl = self.c, target.model.model.layers
         for i, layer in enumerate(self.layers):
-            src = tl[len(tl) - len(self.layers) + i]
-            sd = {k.replace("self_attn.", "").replace("mlp.", ""): v for k, v in src.state_dict().items()}
+            sd = split_fused(tl[len(tl) - len(self.layers) + i].state_dict(), c)
             own = layer.state_dict()
             extra, missing = sorted(set(sd) - set(own)), sorted(set(own) - set(sd))
             shapes = [k for k in set(sd) & set(own) if sd[k].shape != own[k].shape]
@@ -213,8 +274,8 @@ class DFlashModel(nn.Module):
                 what = (f"target weights the drafter has no place for: {', '.join(extra[:3])}" if extra else
                         f"drafter weights the target lacks: {', '.join(missing[:3])}" if missing else
                         f"shapes differ: {', '.join(shapes[:3])}")
-                raise CaddtreeError(f"--init target: a {target.config.model_type} layer does not map onto the "
-                                    f"drafter's Llama-shaped layers ({what}): use --init random")
+                raise CaddtreeError(f"--init target: a {family} layer does not map onto the drafter's layers "
+                                    f"({what}): use --init random")
             layer.load_state_dict(sd)
         self.norm.weight.data.copy_(target.model.model.norm.weight.data)
         with torch.no_grad():
@@ -330,7 +391,7 @@ class DFlashDrafter(Drafter):
         """The cost profile's key for this drafter: its architecture (as `drafter.drafter_id` hashes a config) and,
         for the fbgemm linears, their kind (a profile priced with the slower kernels is not reused)."""
         suffix = f"-{self.linears}" if self.linears.startswith("fbgemm") else ""
-        return f"DFlashDrafter-{settings_digest(asdict(self.c))}{suffix}"
+        return f"DFlashDrafter-{settings_digest(self.c.digest_fields())}{suffix}"
 
     @property
     def calibration(self) -> OnlineCalibration | None:
