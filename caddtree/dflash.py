@@ -66,11 +66,20 @@ class DFlashConfig:
     o_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False
+    # a target whose RoPE scales its frequencies (llama3, yarn, ...): its own inverse frequencies [d/2] and the factor
+    # its cos/sin are multiplied by (`target_rope`); None: θ^(-2i/d) from rope_theta
+    rope_inv_freq: list[float] | None = None
+    rope_scale: float = 1.0
 
     def digest_fields(self) -> dict:
-        """The fields that name this architecture in cost-profile keys: the layout flags only where set, so a
-        Llama-shaped drafter keeps the key it had before they existed (and its profiles)."""
-        return {k: v for k, v in asdict(self).items() if k not in LAYOUT_FLAGS or v}
+        """The fields that name this architecture in cost-profile keys: the layout and RoPE fields only where set,
+        so a Llama-shaped drafter keeps the key it had before they existed (and its profiles)."""
+        return {k: v for k, v in asdict(self).items() if k not in OPTIONAL_FIELDS or v != OPTIONAL_FIELDS[k]}
+
+    @property
+    def rope_freqs(self) -> float | tuple[float, ...]:
+        """What `rope` takes: the target's inverse frequencies where it scales them, else the base θ."""
+        return tuple(self.rope_inv_freq) if self.rope_inv_freq else self.rope_theta
 
     @classmethod
     def for_target(cls, target, num_layers: int = 1, block_size: int = 8, m: int = 3,
@@ -86,10 +95,24 @@ class DFlashConfig:
                    target_layers=default_target_layers(c.num_hidden_layers, m), target_name=target.name,
                    target_fingerprint=target.fingerprint, target_hidden_size=c.hidden_size,
                    target_num_layers=c.num_hidden_layers, draft_vocab_size=draft_vocab_size,
-                   **target_layout(target.model.model.layers[-1]))
+                   **target_layout(target.model.model.layers[-1]), **target_rope(target.model.model, rope))
 
 
 LAYOUT_FLAGS = ("qkv_bias", "o_bias", "mlp_bias", "qk_norm")
+OPTIONAL_FIELDS = {**{k: False for k in LAYOUT_FLAGS}, "rope_inv_freq": None, "rope_scale": 1.0}  # -> default
+
+
+def target_rope(body: nn.Module, rope: dict) -> dict:
+    """The RoPE fields of DFlashConfig for a target body whose rotary module scales its frequencies (rope_type
+    llama3, yarn, linear, ...): its inv_freq and attention_scaling, so a draft layer copied from the target rotates as
+    the target does. Nothing for the default type (θ alone says it), for types whose frequencies follow the length
+    (dynamic, longrope), and where the module is not one table of d/2 frequencies (partial rotary, per-layer-type
+    rotary modules)."""
+    kind = rope.get("rope_type", "default")
+    inv = getattr(getattr(body, "rotary_emb", None), "inv_freq", None)
+    if kind in ("default", "dynamic", "longrope") or not isinstance(inv, torch.Tensor) or inv.dim() != 1:
+        return {}
+    return {"rope_inv_freq": inv.float().tolist(), "rope_scale": float(getattr(body.rotary_emb, "attention_scaling", 1.0))}
 
 
 def target_layout(layer: nn.Module) -> dict:
@@ -130,18 +153,27 @@ class RMSNorm(nn.Module):
 
 
 @functools.lru_cache(maxsize=16)
-def _rope_table(theta: float, d: int, n: int, device: torch.device, dtype: torch.dtype):
-    """cos, sin [n, d] for positions 0..n-1. A table, because computing them per call was ~0.2 ms of each of the
-    drafter's rope calls on CPU (a dozen small ops), several calls per round."""
-    inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))  # [d/2]
+def _rope_table(freqs: float | tuple, d: int, n: int, device: torch.device, dtype: torch.dtype, scale: float = 1.0):
+    """cos, sin [n, d] for positions 0..n-1; freqs: the base θ (inverse frequencies θ^(-2i/d)) or the d/2 inverse
+    frequencies themselves, cos/sin times `scale` (HF's attention_scaling) where it is not 1. A table, because
+    computing them per call was ~0.2 ms of each of the drafter's rope calls on CPU (a dozen small ops), several
+    calls per round."""
+    if isinstance(freqs, tuple):
+        inv = torch.tensor(freqs, device=device, dtype=torch.float32)  # [d/2]
+    else:
+        inv = 1.0 / (freqs ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))  # [d/2]
     ang = torch.arange(n, device=device, dtype=torch.float32)[:, None] * inv[None]  # [n, d/2]
-    return torch.cat([ang.cos(), ang.cos()], -1).to(dtype), torch.cat([ang.sin(), ang.sin()], -1).to(dtype)
+    cos, sin = torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
+    if scale != 1.0:
+        cos, sin = cos * scale, sin * scale
+    return cos.to(dtype), sin.to(dtype)
 
 
-def rope_rows(pos: torch.Tensor, d: int, theta: float, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """pos [n] long -> cos, sin [n, d] at those absolute positions (from the cached table)."""
+def rope_rows(pos: torch.Tensor, d: int, freqs: float | tuple, device, dtype,
+              scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """pos [n] long -> cos, sin [n, d] at those absolute positions (from the cached table; freqs as `_rope_table`)."""
     size = 1 << max(12, int(pos.max()).bit_length()) if pos.numel() else 1 << 12  # > every position, grows by 2x
-    cos, sin = _rope_table(float(theta), d, size, device, dtype)
+    cos, sin = _rope_table(freqs if isinstance(freqs, tuple) else float(freqs), d, size, device, dtype, scale)
     return cos[pos], sin[pos]
 
 
@@ -152,9 +184,9 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
-def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
+def rope(x: torch.Tensor, pos: torch.Tensor, freqs: float | tuple, scale: float = 1.0) -> torch.Tensor:
     """x [..., n, d], pos [n] long -> x rotated at absolute positions (HF Llama rotate-half convention)."""
-    return rotate(x, *rope_rows(pos, x.shape[-1], theta, x.device, x.dtype))
+    return rotate(x, *rope_rows(pos, x.shape[-1], freqs, x.device, x.dtype, scale))
 
 
 class Layer(nn.Module):
@@ -188,7 +220,7 @@ class Layer(nn.Module):
         g, d = self.c.num_kv_heads, self.c.head_dim
         k = self.heads(self.k_proj, ctx, g, "k_norm")
         v = self.v_proj(ctx).view(-1, g, d).transpose(0, 1)
-        return rope(k, pos, self.c.rope_theta), v
+        return rope(k, pos, self.c.rope_freqs, self.c.rope_scale), v
 
     def forward(self, x, pos, k_ctx, v_ctx, ctx_mask=None):
         """x [A, B, H] block hidden, pos [A, B], k_ctx/v_ctx [g, C, d], ctx_mask [A, C] additive or None -> [A, B, H]."""
@@ -196,7 +228,7 @@ class Layer(nn.Module):
         A, B, _ = x.shape
         h, g, d = c.num_heads, c.num_kv_heads, c.head_dim
         xn = self.input_layernorm(x)
-        cos, sin = rope_rows(pos.reshape(-1), d, c.rope_theta, x.device, x.dtype)  # [A·B, d], for q and k alike
+        cos, sin = rope_rows(pos.reshape(-1), d, c.rope_freqs, x.device, x.dtype, c.rope_scale)  # [A·B, d]: q and k
         xr = xn.reshape(A * B, -1)
         q = rotate(self.heads(self.q_proj, xr, h, "q_norm"), cos, sin).view(h, A, B, d)
         kb = rotate(self.heads(self.k_proj, xr, g, "k_norm"), cos, sin).view(g, A, B, d)

@@ -4,7 +4,7 @@ import types
 import pytest
 import torch
 
-from caddtree.dflash import (LAYOUT_FLAGS, DFlashConfig, DFlashDrafter, DFlashModel, default_target_layers, load_drafter,
+from caddtree.dflash import (OPTIONAL_FIELDS, DFlashConfig, DFlashDrafter, DFlashModel, default_target_layers, load_drafter,
                              save_drafter)
 from caddtree.errors import CaddtreeError
 from caddtree.target import Target
@@ -311,6 +311,12 @@ def test_rope_table_equals_direct_angles():
         cos, sin = torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
         want = x * cos + torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1) * sin
         assert torch.equal(rope(x, pos, theta), want)
+        # a target's own (scaled) inverse frequencies and attention scaling, as `target_rope` passes them
+        inv = inv * torch.linspace(1.0, 0.125, d // 2)
+        ang = pos.float()[:, None] * inv[None]
+        cos, sin = torch.cat([ang.cos(), ang.cos()], -1) * 1.25, torch.cat([ang.sin(), ang.sin()], -1) * 1.25
+        want = x * cos + torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1) * sin
+        assert torch.equal(rope(x, pos, tuple(inv.tolist()), 1.25), want)
 
 
 def test_context_cache_grows_in_place_and_equals_one_extend():
@@ -405,8 +411,8 @@ def test_fast_drafter_proposes_close_to_fp32_and_has_its_own_profile_key():
     tg = tiny_target()
     exact = DFlashDrafter(tiny_drafter(tg), calibrate=False)
     fast = DFlashDrafter(tiny_drafter(tg), calibrate=False, quantize=True)
-    # the key profiles were saved under before the layout flags existed (a Llama-shaped drafter leaves them unset)
-    before = {k: v for k, v in asdict(exact.c).items() if k not in LAYOUT_FLAGS}
+    # the key profiles were saved under before the layout and RoPE fields existed (unset for a Llama-shaped drafter)
+    before = {k: v for k, v in asdict(exact.c).items() if k not in OPTIONAL_FIELDS}
     digest = hashlib.sha256(json.dumps(before, sort_keys=True, default=str).encode()).hexdigest()[:12]
     assert drafter_id(exact) == f"DFlashDrafter-{digest}"
     assert drafter_id(DFlashDrafter(DFlashModel(replace(exact.c, qk_norm=True)).bind(tg))) != drafter_id(exact)

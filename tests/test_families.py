@@ -170,8 +170,8 @@ def test_drafter_init_from_target_computes_the_target_layer_or_refuses(family, t
     """DFlash's --init target: the draft layer takes the target layer's layout (Qwen2's q/k/v biases, Qwen3's q/k
     norms) and Phi3's fused projections split into parts, so on a context of two tokens and a block of one (causal
     attention, as the target's last layer computes token 3) it computes the target's hidden state (fails on a
-    dropped bias or norm, or a wrong split). Llama's check is the copy alone: the drafter's RoPE has no llama3
-    scaling. Gemma2/3 are refused in one line; a drafter with biases and norms saves and loads whole."""
+    dropped bias or norm, a wrong split, or RoPE without Llama's llama3 scaling). Gemma2/3 are refused in one line;
+    a drafter with biases, norms and the target's RoPE frequencies saves and loads whole."""
     target = tiny(family, None if family not in WINDOWED else 64)
     c = DFlashConfig.for_target(target, num_layers=1, block_size=4)
     model = DFlashModel(c).bind(target)
@@ -181,15 +181,15 @@ def test_drafter_init_from_target_computes_the_target_layer_or_refuses(family, t
         return
     model.init_from_target(target)
     src, layer = target.model.model.layers[-1], model.layers[0]
-    assert (c.qkv_bias, c.qk_norm) == (family == "qwen2", family == "qwen3")
+    assert (c.qkv_bias, c.qk_norm, c.rope_inv_freq is not None) == (family == "qwen2", family == "qwen3",
+                                                                    family == "llama")
     assert torch.equal(layer.down_proj.weight, src.mlp.down_proj.weight)
     with torch.no_grad():
         hidden = target.model(torch.tensor([[5, 9, 17]]), output_hidden_states=True).hidden_states
         x = hidden[-2][0]  # [3, H]: the last layer's input; hidden[-1]: its output, final norm applied
         k, v = layer.context_kv(layer.input_layernorm(x[:2]), torch.arange(2))
         y = model.norm(layer(x[2][None, None], torch.tensor([[2]]), k, v))[0, 0]
-    if family != "llama":
-        torch.testing.assert_close(y, hidden[-1][0, 2], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(y, hidden[-1][0, 2], rtol=1e-5, atol=1e-5)
     save_drafter(model, tmp_path / "d")
     again = load_model(tmp_path / "d", target)
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
