@@ -95,31 +95,35 @@ class DFlashConfig:
                    target_layers=default_target_layers(c.num_hidden_layers, m), target_name=target.name,
                    target_fingerprint=target.fingerprint, target_hidden_size=c.hidden_size,
                    target_num_layers=c.num_hidden_layers, draft_vocab_size=draft_vocab_size,
-                   **target_layout(target.model.model.layers[-1]), **target_rope(target.model.model, rope))
+                   **target_layout(target.model), **target_rope(target.model, rope))
 
 
 LAYOUT_FLAGS = ("qkv_bias", "o_bias", "mlp_bias", "qk_norm")
 OPTIONAL_FIELDS = {**{k: False for k in LAYOUT_FLAGS}, "rope_inv_freq": None, "rope_scale": 1.0}  # -> default
 
 
-def target_rope(body: nn.Module, rope: dict) -> dict:
-    """The RoPE fields of DFlashConfig for a target body whose rotary module scales its frequencies (rope_type
+def target_rope(model: nn.Module, rope: dict) -> dict:
+    """The RoPE fields of DFlashConfig for a target whose rotary module scales its frequencies (rope_type
     llama3, yarn, linear, ...): its inv_freq and attention_scaling, so a draft layer copied from the target rotates as
     the target does. Nothing for the default type (θ alone says it), for types whose frequencies follow the length
     (dynamic, longrope), and where the module is not one table of d/2 frequencies (partial rotary, per-layer-type
     rotary modules)."""
-    kind = rope.get("rope_type", "default")
+    kind, body = rope.get("rope_type", "default"), getattr(model, "model", None)
     inv = getattr(getattr(body, "rotary_emb", None), "inv_freq", None)
     if kind in ("default", "dynamic", "longrope") or not isinstance(inv, torch.Tensor) or inv.dim() != 1:
         return {}
-    return {"rope_inv_freq": inv.float().tolist(), "rope_scale": float(getattr(body.rotary_emb, "attention_scaling", 1.0))}
+    scale = float(getattr(body.rotary_emb, "attention_scaling", 1.0))
+    return {"rope_inv_freq": inv.float().tolist(), "rope_scale": scale}
 
 
-def target_layout(layer: nn.Module) -> dict:
-    """A target decoder layer's layout flags (DFlashConfig's), read off its modules: which projections carry
-    biases and whether queries and keys are normed per head. Fused projections (Phi3's qkv_proj, gate_up_proj)
-    count as their parts."""
-    attn, mlp = layer.self_attn, layer.mlp
+def target_layout(model: nn.Module) -> dict:
+    """The layout flags (DFlashConfig's) of a target's last decoder layer, read off its modules: which projections
+    carry biases and whether queries and keys are normed per head. Fused projections (Phi3's qkv_proj,
+    gate_up_proj) count as their parts. None for a model without Llama-family layers (their defaults)."""
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if not layers or not hasattr(layers[-1], "self_attn") or not hasattr(layers[-1], "mlp"):
+        return {}
+    attn, mlp = layers[-1].self_attn, layers[-1].mlp
 
     def has_bias(module, *names) -> bool:
         return any(getattr(getattr(module, n, None), "bias", None) is not None for n in names)
@@ -228,7 +232,7 @@ class Layer(nn.Module):
         A, B, _ = x.shape
         h, g, d = c.num_heads, c.num_kv_heads, c.head_dim
         xn = self.input_layernorm(x)
-        cos, sin = rope_rows(pos.reshape(-1), d, c.rope_freqs, x.device, x.dtype, c.rope_scale)  # [A·B, d]: q and k
+        cos, sin = rope_rows(pos.reshape(-1), d, c.rope_freqs, x.device, x.dtype, c.rope_scale)  # [A·B, d], q and k
         xr = xn.reshape(A * B, -1)
         q = rotate(self.heads(self.q_proj, xr, h, "q_norm"), cos, sin).view(h, A, B, d)
         kb = rotate(self.heads(self.k_proj, xr, g, "k_norm"), cos, sin).view(g, A, B, d)

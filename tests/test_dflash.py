@@ -4,8 +4,8 @@ import types
 import pytest
 import torch
 
-from caddtree.dflash import (OPTIONAL_FIELDS, DFlashConfig, DFlashDrafter, DFlashModel, default_target_layers, load_drafter,
-                             save_drafter)
+from caddtree.dflash import (OPTIONAL_FIELDS, DFlashConfig, DFlashDrafter, DFlashModel, default_target_layers,
+                             load_drafter, save_drafter)
 from caddtree.errors import CaddtreeError
 from caddtree.target import Target
 

@@ -195,7 +195,8 @@ def test_drafter_init_from_target_computes_the_target_layer_or_refuses(family, t
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
     p = prompt(0, PROMPT, V)  # and drafts (its linears packed, as on a CPU target) for a decode that stays exact
     drafter = DFlashDrafter(again, pack=packing_available())
-    assert Decoder(target, drafter, method="ddtree", budget=4).generate(p, NEW).tokens == reference_greedy(target, p, NEW)
+    tokens = Decoder(target, drafter, method="ddtree", budget=4).generate(p, NEW).tokens
+    assert tokens == reference_greedy(target, p, NEW)
 
 
 @pytest.mark.parametrize("family, window", [pytest.param(f, w, id=f"{f}-{name}") for f in sorted(WINDOWED)
