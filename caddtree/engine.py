@@ -332,6 +332,9 @@ class Decoder:
         # the draw (sampling only): sample.cpp's one call on CPU (~0.2 ms a token where PyTorch's ops took ~0.7,
         # caches cold after a verify), else the reference `sample_token`; the same law (tests/test_sampling.py)
         draw = None if sampling.greedy else kernels.sampler(device) or sample_token
+        # greedily, the same one-call idea for the argmax of each verified row (~0.13 ms of tensor ops a round, caches
+        # cold after the verify, where sample.cpp's row_argmax takes ~0.02); the same choices (tests/test_kernels.py)
+        argmax = kernels.greedy_chooser(device) if sampling.greedy else None
 
         committed = prompt_ids.tolist()
         probes: list[GateProbe] = []  # rounds whose stage-1-only outcome the gate learns once the output decides it
@@ -350,8 +353,8 @@ class Decoder:
             t1 = now(device)
             logits, vfeats = verify_tree(target, cache, committed[-1], tree)
             t2 = now(device)
-            if sampling.greedy:
-                choices = target_choices(logits, sampling)  # [n + 1]: one argmax call for every row
+            if sampling.greedy:  # [n + 1]: one argmax call for every row
+                choices = argmax(logits) if argmax is not None else target_choices(logits, sampling)
             else:  # one draw per row the walk reaches (1 + accepted), not per node
 
                 def choices(row: int) -> int:

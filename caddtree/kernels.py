@@ -429,6 +429,20 @@ def sampler(device) -> Callable | None:
     return sample_processed
 
 
+def greedy_chooser(device) -> Callable | None:
+    """The one-call greedy choice of sample.cpp for logits on `device` (CPU with the extension built), else None
+    (the caller keeps `accept.target_choices`, the reference it is tested against)."""
+    if torch.device(device).type != "cpu" or not packing_available():
+        return None
+    return row_argmax
+
+
+def row_argmax(logits: torch.Tensor) -> torch.Tensor:
+    """logits [R, V] -> [R] long: each row's first maximal entry (a NaN above every number), as `torch.argmax`;
+    fp16/bf16 logits widened to fp32 first (exactly, so the same entries)."""
+    return _library().row_argmax(logits.float().contiguous())
+
+
 def sample_processed(logits: torch.Tensor, params, generator: torch.Generator | None = None) -> int:
     """logits [V] -> one draw from the processed law of `params` (a sampling `accept.SamplingParams`, T > 0), as
     `accept.sample_token` draws: one uniform u from `generator`, the first kept token whose cumulative probability

@@ -271,6 +271,7 @@ void register_lean_layers(pybind11::module_& m);
 int64_t sample_processed(const torch::Tensor& logits, double temperature, int64_t top_k, double top_p, double u);
 std::tuple<torch::Tensor, torch::Tensor> processed_law(const torch::Tensor& logits, double temperature,
                                                        int64_t top_k, double top_p);
+torch::Tensor row_argmax(const torch::Tensor& logits);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("panel_width", &panel_width, "output columns per panel in this build");
@@ -285,6 +286,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("quant_row_group", &quant_row_group, "input rows per pass over a strip in this build");
   m.def("row_attention", &row_attention, "attention of each query row over its allowed columns, row-invariant");
   m.def("sample_processed", &sample_processed, "one draw from the processed law (temperature, top-k, top-p)");
+  m.def("row_argmax", &row_argmax, "each row's first maximal entry, as torch.argmax");
   m.def("processed_law", &processed_law, "the processed law's kept tokens and probabilities");
   register_lean_layers(m);  // class LeanLayers: the decoder layers of a Llama-shaped model in one call
 }

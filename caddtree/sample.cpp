@@ -175,6 +175,48 @@ int64_t sample_processed(const torch::Tensor& logits, double temperature, int64_
   return law.tokens.empty() ? int64_t(std::max_element(z.begin(), z.begin() + V) - z.begin()) : law.tokens.back();
 }
 
+// logits [R, V] fp32 -> [R] int64: each row's greedy choice as torch.argmax picks it, the first maximal entry, a NaN
+// counting as above every number (its first NaN). Why: `vocab.argmax`'s few tensor ops took ~0.13 ms a round right
+// after a verify (caches cold; ~0.02 warm), 1.7% of a plain step on the AMD EPYC; here one pass finds each row's
+// maximum (and whether it holds a NaN), a second the first entry equal to it.
+torch::Tensor row_argmax(const torch::Tensor& logits) {
+  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == torch::kFloat && logits.is_contiguous() &&
+              logits.device().is_cpu(), "logits: a contiguous [R, V] fp32 CPU tensor");
+  const int64_t R = logits.size(0), V = logits.size(1), full = V / W * W;
+  TORCH_CHECK(V > 0, "empty logits");
+  auto out = torch::empty({R}, torch::kLong);
+  int64_t* o = out.data_ptr<int64_t>();
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int64_t r = 0; r < R; ++r) {
+    const float* x = logits.data_ptr<float>() + r * V;
+    v16 mv = v16{} + ninf;
+    i16 nan = i16{};
+    for (int64_t c = 0; c < full; c += W) {
+      const v16 v = load(x + c);
+      mv = v > mv ? v : mv;
+      nan |= v != v;
+    }
+    float mx = ninf;
+    bool has_nan = false;
+    for (int l = 0; l < W; ++l) {
+      mx = std::max(mx, mv[l]);
+      has_nan |= nan[l] != 0;
+    }
+    for (int64_t i = full; i < V; ++i) {
+      mx = x[i] > mx ? x[i] : mx;
+      has_nan |= std::isnan(x[i]);
+    }
+    int64_t at = 0;
+    if (has_nan) {
+      while (!std::isnan(x[at])) ++at;
+    } else {
+      while (x[at] != mx) ++at;  // the first maximal entry (-0.0 == 0.0, as torch compares)
+    }
+    o[r] = at;
+  }
+  return out;
+}
+
 // the kept tokens and their probabilities (normalised over the kept set): what sample_processed draws from
 std::tuple<torch::Tensor, torch::Tensor> processed_law(const torch::Tensor& logits, double temperature,
                                                        int64_t top_k, double top_p) {

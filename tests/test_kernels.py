@@ -254,3 +254,30 @@ def test_row_attention_matches_softmax_attention_and_each_row_is_its_own(cap):
                                                             None, 0.125, cap)[0])
     if cap:
         assert (got - kernels.row_attention(q, k, v, allowed, 0.125)).abs().max() > 1e-3
+
+
+@pytest.mark.skipif(not packing_available(), reason="the CPU kernels are not built here")
+@pytest.mark.parametrize("V", [1, 15, 16, 49152, 49157])
+def test_row_argmax_picks_what_torch_argmax_picks(V):
+    """The decoder's greedy choice (sample.cpp's row_argmax) is torch.argmax's on every row: the first of tied maxima
+    (also across the 16-wide blocks and in the tail past them), -inf rows, -0.0 against 0.0, a NaN wherever it sits
+    (torch counts it above every number), and fp16/bf16 logits (widened exactly)."""
+    g = torch.Generator().manual_seed(V)
+    x = torch.randn(12, V, generator=g)
+    x[1] = x[1].round()                         # many ties
+    x[2, :] = float("-inf")
+    x[3, :] = 0.0
+    x[3, V // 2] = -0.0                         # equal to 0.0: the first entry still wins
+    x[4, V - 1] = float("nan")                  # NaN in the tail
+    x[5, 0] = float("nan")
+    x[5, V // 3] = float("nan")
+    x[6, :] = x[6, 0]                           # all tied
+    x[7, V - 1] = 1e30                          # maximum in the last entry
+    x[8] = x[8].clamp(max=0.5)                  # ties at the clamp
+    x[9, V // 2] = float("inf")
+    x[10] = x[10].to(torch.bfloat16).float()
+    for rows in (x, x[:1], x[9:]):
+        assert torch.equal(kernels.row_argmax(rows), rows.argmax(-1))
+    for dtype in (torch.float16, torch.bfloat16):
+        half = x[6:].to(dtype)
+        assert torch.equal(kernels.row_argmax(half), half.argmax(-1))
