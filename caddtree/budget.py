@@ -333,13 +333,14 @@ class SpeculationGate:
     drafting: around break-even, drafting keeps the calibrations learning and catches the bursts (a repeated passage)
     where it pays most. Only which rounds draft changes, never the output.
 
-    Measured (docs/sampling.md): off by default. Without the margin (realised gains, then expected ones) it drafted
+    Measured (docs/sampling.md): on by default. Without the margin (realised gains, then expected ones) it drafted
     in 4-28% of rounds on sets where drafting every round was as fast or faster: there the expected gain of a round
-    sits within a few percent of zero, and once below, the gate stops collecting the rounds that would lift it.
-    With the margin, on 8 sets x 12 prompts sampled at T = 0.7 and 1.0: 0.994 and 0.985 of CaDDTree's time per
-    prompt, within noise. At margin 0 with the re-check rule (results/bench-amd512-stepcut): 0.992 and 0.995 of
-    CaDDTree's time per prompt, but 4% more time pooled at T = 0.7 (it pauses through stretches of long answers where
-    drafting pays). `Decoder(speculation_gate=True)` or `caddtree@spec` / `caddtree@spec0` in `caddtree bench`.
+    sits within a few percent of zero, and once below, the gate stops collecting the rounds that would lift it. At
+    margin 0 with the re-check rule (results/bench-amd512-stepcut): 4% more time pooled at T = 0.7 (it pauses through
+    stretches of long answers where drafting pays). With the margin (results/bench-amd512-specgate, 8 sets x 12): 0.995,
+    0.996 and 1.008 of CaDDTree's time per prompt greedy, at T = 1.0 and at T = 0.7; where drafting never pays (a
+    weak drafter on a tiny target) CaDDTree kept 0.77-0.81x plain decoding's speed with it, 0.28x without.
+    `Decoder(speculation_gate=False)` or `caddtree@nospec` in `caddtree bench` turns it off.
     """
 
     MARGIN = 0.05  # the default margin (docstring)

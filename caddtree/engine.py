@@ -28,6 +28,7 @@ from caddtree.verify import commit_path, now, verify_tree
 METHODS = ("ar", "ddtree", "caddtree")
 GATES = ("realised", "predicted")
 SAMPLING_ONLY = "sampling"  # a CaDDTree option's value meaning: on when the target samples (T > 0), off greedily
+AUTO = "auto"  # the speculation gate's default: on where the drafter can skip a round (`Drafter.skip`), else off
 # under sampling, the draft gate's longest re-check interval for a band that does not pay: each re-check is a DFlash
 # forward (~45% of a plain step on the AMD), and at 64 the re-checks alone cost ~1.5% of T = 1's decode time there
 GATE_BACKOFF = 256
@@ -112,7 +113,7 @@ class Decoder:
 
     def __init__(self, target: Target, drafter: Drafter | None = None, method: str = "ar", budget: int = 32,
                  cost_model=None, gate: bool | str = True, calibrate_phi: bool | str = SAMPLING_ONLY,
-                 speculation_gate: bool | str = False, carry_gate: bool | str = SAMPLING_ONLY,
+                 speculation_gate: bool | str = AUTO, carry_gate: bool | str = SAMPLING_ONLY,
                  speculation_margin: float = SpeculationGate.MARGIN):
         if method not in METHODS:
             raise CaddtreeError(f"unknown method '{method}': choose one of {', '.join(METHODS)}")
@@ -150,6 +151,8 @@ class Decoder:
         # made a run's speed depend on the prompts decoded before it
         self.carry_gate = carry_gate if self.gate is not None else False
         self.carried_gates: dict = {}  # sampling setting -> DraftGate (`drafter.for_setting`)
+        if speculation_gate == AUTO:
+            speculation_gate = hasattr(drafter, "skip")
         for name, value in (("calibrate_phi", calibrate_phi), ("speculation_gate", speculation_gate),
                             ("carry_gate", carry_gate)):
             if value not in (True, False, SAMPLING_ONLY):
@@ -159,8 +162,10 @@ class Decoder:
         # accepted tokens without a measured speed difference, docs/design.md; sampled, docs/sampling.md)
         self.calibrate_phi = calibrate_phi if method == "caddtree" else False
         self.phi_cal: dict = {}  # sampling setting -> {stage: PhiCalibration} (`drafter.for_setting`)
-        # speculation_gate: draft at all this round? (`budget.SpeculationGate`; off by default: within noise of
-        # drafting every round, docs/sampling.md); it drafts while its running gain is above -speculation_margin
+        # speculation_gate: draft at all this round? (`budget.SpeculationGate`; on by default, greedy and sampled:
+        # within 1% of drafting every round on the shipped model, and where drafting never pays it keeps CaDDTree
+        # near plain decoding's speed instead of paying every round's draft: results/bench-amd512-specgate,
+        # docs/sampling.md); it drafts while its running gain is above -speculation_margin
         self.speculation_gate = speculation_gate if method == "caddtree" else False
         if self.speculation_gate and not hasattr(drafter, "skip"):
             raise CaddtreeError("speculation_gate needs a drafter with skip(features) (caddtree.drafter.Drafter's)")

@@ -1,5 +1,6 @@
 """Losslessness of every decoding path on tiny random targets, KV compaction, and the sampling distribution."""
 import collections
+import types
 
 import pytest
 import torch
@@ -366,10 +367,10 @@ def test_temperatures_that_round_to_zero_act_as_greedy_and_inf_nan_are_refused()
 @pytest.mark.parametrize("seed", range(2))
 @pytest.mark.parametrize("draft_ms", [0.1, 60.0])
 def test_speculation_gate_drafts_where_it_pays_and_decodes_plainly_elsewhere(seed, draft_ms):
-    """With the speculation gate on (default under sampling; forced on here, greedily, so the output can be
+    """With the speculation gate on (the default, greedy and sampled; checked greedily here, so the output can be
     compared token for token): the output is plain greedy decoding's, the drafter still gets every feature row
     exactly once (`FeatureLog`), and a draft priced at 6 plain steps stops being paid after the warm-up (re-checks
-    only), while a nearly free one keeps drafting most rounds."""
+    only), while a nearly free one keeps drafting most rounds. Off (`speculation_gate=False`), every round drafts."""
     import numpy as np
 
     from caddtree.costmodel import CostModel
@@ -390,7 +391,11 @@ def test_speculation_gate_drafts_where_it_pays_and_decodes_plainly_elsewhere(see
             assert drafted[:4] == [True] * 4 and sum(drafted) <= 4 + len(drafted) // 8, drafted
         elif drafter is oracle:
             assert sum(drafted) > 0.7 * len(drafted), drafted
-    assert Decoder(target, oracle, "caddtree", cost_model=cost).generate(p, 8).rounds[0].drafted is None  # greedy
+    assert Decoder(target, oracle, "caddtree", cost_model=cost).spec_gate is not None  # the default: on
+    off = Decoder(target, oracle, "caddtree", cost_model=cost, speculation_gate=False).generate(p, 8)
+    assert all(r.drafted is None for r in off.rounds)
+    bare = types.SimpleNamespace(propose=oracle.propose, target_layers=[], reset=lambda ids: None)
+    assert Decoder(target, bare, "caddtree", cost_model=cost).spec_gate is None  # no skip(): off unless asked for
 
 
 def test_speculation_gate_prices_each_draft_without_the_profiles_overheads():

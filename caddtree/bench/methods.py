@@ -19,6 +19,7 @@ PERTURB = {"cd0.5": (0.5, 1.0), "cd2": (2.0, 1.0), "cv0.5": (1.0, 0.5), "cv2": (
 VARIANTS = {"nogate": {"gate": False}, "predgate": {"gate": "predicted"},  # method suffix -> Decoder(**kw)
             "cal": {"calibrate_phi": True}, "nocal": {"calibrate_phi": False},
             "spec": {"speculation_gate": SAMPLING_ONLY}, "specall": {"speculation_gate": True},  # specall: greedily too
+            "nospec": {"speculation_gate": False},  # CaDDTree before the speculation gate was its default
             "spec0": {"speculation_gate": SAMPLING_ONLY, "speculation_margin": 0.0},  # drafts while the gain is > 0
             "carry": {"carry_gate": SAMPLING_ONLY}, "nocarry": {"carry_gate": False}}
 
