@@ -16,7 +16,7 @@ import functools
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -98,8 +98,10 @@ class DFlashConfig:
                    **target_layout(target.model), **target_rope(target.model, rope))
 
 
-LAYOUT_FLAGS = ("qkv_bias", "o_bias", "mlp_bias", "qk_norm")
-OPTIONAL_FIELDS = {**{k: False for k in LAYOUT_FLAGS}, "rope_inv_freq": None, "rope_scale": 1.0}  # -> default
+# the fields added after drafters had been profiled, each with its default (read off the dataclass): the profile key
+# names them only where they differ from it (`DFlashConfig.digest_fields`)
+OPTIONAL_FIELDS = {f.name: f.default for f in fields(DFlashConfig)
+                   if f.name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "rope_inv_freq", "rope_scale")}
 
 
 def target_rope(model: nn.Module, rope: dict) -> dict:

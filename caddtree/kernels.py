@@ -421,20 +421,21 @@ def row_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, all
                                     scale, softcap)
 
 
+def _cpu_call(device, fn: Callable) -> Callable | None:
+    """fn where logits on `device` can take sample.cpp's one-call path (CPU, the extension built), else None."""
+    return fn if torch.device(device).type == "cpu" and packing_available() else None
+
+
 def sampler(device) -> Callable | None:
-    """The one-call draw of sample.cpp for logits on `device` (CPU with the extension built), else None (the caller
-    keeps `accept.sample_token`, the reference it is tested against)."""
-    if torch.device(device).type != "cpu" or not packing_available():
-        return None
-    return sample_processed
+    """The one-call draw of sample.cpp for logits on `device`, else None (the caller keeps `accept.sample_token`, the
+    reference it is tested against)."""
+    return _cpu_call(device, sample_processed)
 
 
 def greedy_chooser(device) -> Callable | None:
-    """The one-call greedy choice of sample.cpp for logits on `device` (CPU with the extension built), else None
-    (the caller keeps `accept.target_choices`, the reference it is tested against)."""
-    if torch.device(device).type != "cpu" or not packing_available():
-        return None
-    return row_argmax
+    """The one-call greedy choice of sample.cpp for logits on `device`, else None (the caller keeps
+    `accept.target_choices`, the reference it is tested against)."""
+    return _cpu_call(device, row_argmax)
 
 
 def row_argmax(logits: torch.Tensor) -> torch.Tensor:
