@@ -13,7 +13,7 @@ import torch
 
 from caddtree import engine
 from caddtree.accept import SamplingParams
-from caddtree.budget import choose_tree_size
+from caddtree.budget import SpeculationGate, choose_tree_size
 from caddtree.costmodel import fit_cost_model
 from caddtree.drafter import Drafter, LookupMixtureDrafter, PromptLookupDrafter
 from caddtree.engine import Decoder
@@ -53,6 +53,11 @@ class Recording(Drafter):
         out = self.inner.propose(tokens, features)
         self.calls.append((int(tokens.shape[0]), out))
         return out
+
+    def skip(self, features):  # the speculation gate's plain round: no call, the features still kept
+        if features is not None:
+            self.features.append(features.clone())
+        self.inner.skip(features)
 
 
 class RecordingMix(LookupMixtureDrafter):
@@ -96,6 +101,18 @@ def rooms(out, max_new: int) -> list[int]:
     return res
 
 
+def drafted_rounds(out, verified) -> list:
+    """(round, room, verified tree) of each round that drafted, in order. The others verify an empty tree: rounds
+    without room, and plain rounds of the speculation gate (on by default; its choices follow measured times)."""
+    res = []
+    for r, room, tree in zip(out.rounds, rooms(out, MAX_NEW), verified, strict=True):
+        if room > 0 and r.drafted is not False:
+            res.append((r, room, tree))
+        else:
+            assert len(tree) == 0 == r.tree_size
+    return res
+
+
 def check_round(r, room, log_probs, cost, verified_tree, draft_ms=None):
     """One round against the policy recomputed from scratch on its marginals."""
     full = build_tree(log_probs[:room], cost.max_nodes)
@@ -119,10 +136,12 @@ def test_each_round_verifies_the_policys_choice(seed, verified):
     for inner in drafters:
         rec = Recording(inner)
         verified.clear()
-        out = Decoder(target, rec, method="caddtree", cost_model=cost).generate(prompt(seed, 10), MAX_NEW)
-        drafted = [(r, room) for r, room in zip(out.rounds, rooms(out, MAX_NEW)) if room > 0]
-        assert len(drafted) == len(rec.calls) and len(verified) == len(out.rounds)
-        for (r, room), (length, lp), tree in zip(drafted, rec.calls, verified):
+        # the speculation gate off: its choices follow measured times, and this test needs rounds that draft
+        dec = Decoder(target, rec, method="caddtree", cost_model=cost, speculation_gate=False)
+        out = dec.generate(prompt(seed, 10), MAX_NEW)
+        drafted = drafted_rounds(out, verified)
+        assert len(drafted) == len(rec.calls)
+        for (r, room, tree), (length, lp) in zip(drafted, rec.calls):
             assert length == r.ctx + 1  # the round's ℓ is the committed length minus the root
             n, size = check_round(r, room, lp, cost, tree)
             chosen.append(n)
@@ -143,7 +162,7 @@ def test_gated_two_stage_rounds_verify_the_choice_of_the_stage_that_ran(seed, sa
     cost = cost_model(cheap=True)
     mix = RecordingMix(RandomDrafter(target.vocab_size, num_positions=4, seed=seed, sharpness=4.0),
                        PromptLookupDrafter(target.vocab_size, num_positions=4))
-    dec = Decoder(target, mix, method="caddtree", cost_model=cost, calibrate_phi=False)
+    dec = Decoder(target, mix, method="caddtree", cost_model=cost, calibrate_phi=False, speculation_gate=False)
     assert dec.gate is not None
     skipped, plain_only = [], engine.TreeStop.plain_only
     monkeypatch.setattr(engine.TreeStop, "plain_only", lambda self, w: skipped.append(plain_only(self, w)) or
@@ -153,11 +172,11 @@ def test_gated_two_stage_rounds_verify_the_choice_of_the_stage_that_ran(seed, sa
     for p in (prompt(seed, 16), torch.tensor([5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6])):  # a repeating prompt: lookup hits
         verified.clear()
         out = dec.generate(p, MAX_NEW, sampling, seed=seed)
-        drafted = [(r, room) for r, room in zip(out.rounds, rooms(out, MAX_NEW)) if room > 0]
-        assert len(drafted) == len(mix.cheap_calls) and len(verified) == len(out.rounds)
-        assert sum(r.second_stage for r, _ in drafted) == len(mix.rest_calls)
+        drafted = drafted_rounds(out, verified)
+        assert len(drafted) == len(mix.cheap_calls)
+        assert sum(r.second_stage for r, _, _ in drafted) == len(mix.rest_calls)
         rest = iter(mix.rest_calls)
-        for (r, room), (length, cheap), tree in zip(drafted, mix.cheap_calls, verified):
+        for (r, room, tree), (length, cheap) in zip(drafted, mix.cheap_calls):
             assert length == r.ctx + 1
             if r.second_stage:
                 length2, full = next(rest)
@@ -189,6 +208,10 @@ class FeatureSink(Drafter):
         assert sum(f.shape[0] for f in self.features) == self.last_len - 1
         return self.inner.propose(tokens, features)
 
+    def skip(self, features):  # the speculation gate's plain round: these rows count towards the next proposal
+        self.features.append(features.clone())
+        self.inner.skip(features)
+
 
 def fresh_features(target, layers, ids: list[int]) -> torch.Tensor:
     target.hidden_layers = list(layers)
@@ -197,15 +220,21 @@ def fresh_features(target, layers, ids: list[int]) -> torch.Tensor:
 
 
 def assert_same_features(got: torch.Tensor, ref: torch.Tensor, what: str):
-    """fp32, float order only: tree-verify rows (masked attention, other matmul shapes) vs one prefill differ by at
-    most ~6e-6 · (|x| + 1) here (residual-stream values up to ~30, i.e. ~10 ulps); a wrong row differs by O(1)."""
+    """fp32, float order only: tree-verify and one-row plain-step rows (masked attention, other matmul shapes) vs one
+    prefill differ by at most ~1.2e-5 · (|x| + 1) seen here (residual-stream values up to ~30, i.e. ~20 ulps); a wrong
+    row differs by O(1)."""
     err = ((got - ref).abs() / (ref.abs() + 1)).max().item()
-    assert torch.allclose(got, ref, rtol=1e-5, atol=1e-5), f"{what}: features differ from a fresh forward ({err:.1e})"
+    assert torch.allclose(got, ref, rtol=5e-5, atol=5e-5), f"{what}: features differ from a fresh forward ({err:.1e})"
 
 
-@pytest.mark.parametrize("method", ["ddtree", "caddtree"])
+@pytest.mark.parametrize("method", ["ddtree", "caddtree", "caddtree-skips"])
 @pytest.mark.parametrize("seed", range(3))
 def test_drafter_features_are_a_fresh_forward_of_the_committed_prefix(method, seed, monkeypatch):
+    """caddtree-skips: the speculation gate keeps every third round plain (its own choices follow measured times),
+    so rows of skipped rounds reach the drafter through `skip` for certain."""
+    if method == "caddtree-skips":
+        rounds = iter(range(10 ** 6))
+        monkeypatch.setattr(SpeculationGate, "draft", lambda self: next(rounds) % 3 != 2)
     target = make_tiny_target(seed, eos=None)
     layers = [0, 1]
     kept = []  # rows the engine kept after each verify: some rounds must keep a non-leading set (real compaction)
@@ -220,14 +249,17 @@ def test_drafter_features_are_a_fresh_forward_of_the_committed_prefix(method, se
     for inner in (RandomDrafter(target.vocab_size, num_positions=4, seed=seed, sharpness=2.0),
                   OracleDrafter(target, num_positions=4, seed=seed, miss_rate=0.5)):
         sink = FeatureSink(inner, layers)
-        dec = Decoder(target, sink, method=method, budget=12, cost_model=cost)
+        dec = Decoder(target, sink, method=method.split("-")[0], budget=12, cost_model=cost,
+                      speculation_gate=method == "caddtree-skips")
         p = prompt(seed, 10)
         out = dec.generate(p, MAX_NEW)
         assert sum(r.tree_size > r.accepted for r in out.rounds) >= 3  # rejections, so the cache is compacted
+        if method == "caddtree-skips":
+            assert sum(r.drafted is False for r in out.rounds) >= 3
         got = torch.cat(sink.features)
         committed = p.tolist() + out.tokens
         ref = fresh_features(target, layers, committed[:-1])
-        assert got.shape[0] == sink.last_len - 1 <= ref.shape[0]
+        assert sink.last_len - 1 <= got.shape[0] <= ref.shape[0]  # rows of plain rounds after the last proposal too
         assert_same_features(got, ref[:got.shape[0]], f"{method} {type(inner).__name__}")
     assert any(not torch.equal(r, torch.arange(len(r))) for r in kept), "no round kept a non-leading row"
 
