@@ -30,8 +30,11 @@ from caddtree.drafter import (Drafter, OnlineCalibration, calibration_keep, for_
 from caddtree.errors import CaddtreeError
 from caddtree.files import atomic_write
 from caddtree.kernels import DynamicLinear, PackedLinear, drafter_linears, pack_linears, q8_0, quantize_linears
-from caddtree.kvcache import append_rows
+from caddtree.kvcache import append_rows, room_for
 
+# the draft pass in the cost-profile key of a native target's drafter (`DFlashDrafter.fingerprint`): "p2", one pass
+# per draft (`Layer.draft_forward`), ~1 ms a draft cheaper than the module path profiles before it priced
+DRAFT_PASS = "p2"
 NEG = -1e9  # additive mask value (finite: a fully masked row cannot occur, but -inf would turn it into NaN)
 
 
@@ -223,10 +226,34 @@ class Layer(nn.Module):
 
     def context_kv(self, ctx: torch.Tensor, pos: torch.Tensor):
         """ctx [C, H] fused context, pos [C] -> k, v [g, C, d] (k rotated)."""
+        d = self.c.head_dim
+        return self.rotated_kv(ctx, *rope_rows(pos, d, self.c.rope_freqs, ctx.device, ctx.dtype, self.c.rope_scale))
+
+    def rotated_kv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """x [R, H] normed rows, cos/sin [R, d] their rotation -> k, v [g, R, d] (k rotated)."""
         g, d = self.c.num_kv_heads, self.c.head_dim
-        k = self.heads(self.k_proj, ctx, g, "k_norm")
-        v = self.v_proj(ctx).view(-1, g, d).transpose(0, 1)
-        return rope(k, pos, self.c.rope_freqs, self.c.rope_scale), v
+        return rotate(self.heads(self.k_proj, x, g, "k_norm"), cos, sin), self.v_proj(x).view(-1, g, d).transpose(0, 1)
+
+    def draft_forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_buf: torch.Tensor,
+                      v_buf: torch.Tensor, C: int, ctx: torch.Tensor | None = None) -> torch.Tensor:
+        """Inference on one block: x [B, H]; ctx [k, H] the fused context rows new since the last call (or None);
+        cos/sin [k + B, d] the rotation of positions C..C+k+B-1; k_buf/v_buf [g, >= C + k + B, d] this layer's
+        context K/V in their first C rows -> [B, H]. The new rows' K/V go to rows C..C+k-1 (kept: the context grows)
+        and the block's to the B rows after (scratch: overwritten by the next call), both from one projection call,
+        and one fused attention reads all C + k + B rows, since a block sees its whole context and itself in both
+        directions. Equal to `context_kv` + `forward` on A = 1 without a mask, to float order (tests/test_dflash.py),
+        in fewer calls: no separate projection of the context rows, no score/softmax/value matmuls of their own."""
+        B, h, d = x.shape[0], self.c.num_heads, self.c.head_dim
+        new = 0 if ctx is None else ctx.shape[0]
+        xn = self.input_layernorm(x)
+        rows = xn if ctx is None else torch.cat([ctx, xn])  # [k + B, H]: the new context rows, then the block's
+        k_buf[:, C:C + new + B], v_buf[:, C:C + new + B] = self.rotated_kv(rows, cos, sin)
+        q = rotate(self.heads(self.q_proj, xn, h, "q_norm"), cos[new:], sin[new:])  # [h, B, d]
+        o = F.scaled_dot_product_attention(q[None], k_buf[None, :, :C + new + B], v_buf[None, :, :C + new + B],
+                                           enable_gqa=True)  # [1, h, B, d]
+        x = x + self.o_proj(o[0].transpose(0, 1).reshape(B, h * d))
+        xn = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(xn)) * self.up_proj(xn))
 
     def forward(self, x, pos, k_ctx, v_ctx, ctx_mask=None):
         """x [A, B, H] block hidden, pos [A, B], k_ctx/v_ctx [g, C, d], ctx_mask [A, C] additive or None -> [A, B, H]."""
@@ -427,8 +454,9 @@ class DFlashDrafter(Drafter):
     @property
     def fingerprint(self) -> str:
         """The cost profile's key for this drafter: its architecture (as `drafter.drafter_id` hashes a config) and,
-        for the fbgemm linears, their kind (a profile priced with the slower kernels is not reused)."""
-        suffix = f"-{self.linears}" if self.linears.startswith("fbgemm") else ""
+        for the fbgemm linears (a native target's drafter), their kind and the draft pass's version (`DRAFT_PASS`):
+        a profile priced with slower kernels or an older pass is not reused."""
+        suffix = f"-{self.linears}-{DRAFT_PASS}" if self.linears.startswith("fbgemm") else ""
         return f"DFlashDrafter-{settings_digest(self.c.digest_fields())}{suffix}"
 
     @property
@@ -460,7 +488,9 @@ class DFlashDrafter(Drafter):
         if features.shape[0] == 0:
             return
         pos = torch.arange(self.ctx_len, self.ctx_len + features.shape[0], device=dev)
-        new = [layer.context_kv(m.fuse(features), pos) for layer in m.layers]  # per layer (k, v) [g, k, d]
+        ctx = m.fuse(features)  # [k, H], once for every layer
+        cos, sin = rope_rows(pos, self.c.head_dim, self.c.rope_freqs, dev, ctx.dtype, self.c.rope_scale)
+        new = [layer.rotated_kv(ctx, cos, sin) for layer in m.layers]  # per layer (k, v) [g, k, d]
         old_kv = self.kv or [(None, None)] * len(new)
         old_buf = self.kv_buf or [(None, None)] * len(new)
         grown = [(append_rows(kb, k0, k1), append_rows(vb, v0, v1))  # appends copy k rows, not the context
@@ -468,6 +498,28 @@ class DFlashDrafter(Drafter):
         self.kv_buf = [(kb, vb) for (kb, _), (vb, _) in grown]
         self.kv = [(k, v) for (_, k), (_, v) in grown]
         self.ctx_len += features.shape[0]
+
+    def block(self, root: int, features: torch.Tensor | None = None) -> torch.Tensor:
+        """The block after the context: features [k, F] of the next k context positions (or None), then the root
+        token at position C + k (C = ctx_len) and B - 1 masks -> [B, H] normed; the context grows by k
+        (`extend` + `DFlashModel.block_hidden` on A = 1, in one pass through `Layer.draft_forward`)."""
+        m, C, B = self.model, self.ctx_len, self.c.block_size
+        dev, dtype = m.mask_embedding.device, m.mask_embedding.dtype
+        ctx = m.fuse(features.to(dev)) if features is not None and features.shape[0] else None  # [k, H], all layers'
+        new = 0 if ctx is None else ctx.shape[0]
+        x = torch.cat([m._shared["embed"][root:root + 1].to(dtype), m.mask_embedding.expand(B - 1, -1)])  # [B, H]
+        cos, sin = rope_rows(torch.arange(C, C + new + B, device=dev), self.c.head_dim, self.c.rope_freqs, dev,
+                             dtype, self.c.rope_scale)
+        like = x.new_empty(self.c.num_kv_heads, new + B, self.c.head_dim)
+        bufs, kv = self.kv_buf or [(None, None)] * len(m.layers), self.kv or [(None, None)] * len(m.layers)
+        # room for k + B rows after the C context rows (a grown buffer keeps the context's rows)
+        self.kv_buf = [(room_for(kb, k, new + B, like), room_for(vb, v, new + B, like))
+                       for (kb, vb), (k, v) in zip(bufs, kv)]
+        for layer, (kb, vb) in zip(m.layers, self.kv_buf):
+            x = layer.draft_forward(x, cos, sin, kb, vb, C, ctx)
+        self.ctx_len = C + new
+        self.kv = [(kb[:, :C + new], vb[:, :C + new]) for kb, vb in self.kv_buf]
+        return m.norm(x)
 
     @torch.inference_mode()
     def propose(self, tokens: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
@@ -477,16 +529,12 @@ class DFlashDrafter(Drafter):
         if self._pending:
             features = torch.cat(self._pending + ([] if features is None else [features]))
             self._pending = []
-        if features is not None:
-            self.extend(features)
-        if self.ctx_len != ell:
-            raise CaddtreeError(f"drafter context has {self.ctx_len} positions but the root is at {ell}: pass the "
-                                f"features of every committed token exactly once (call reset() per generation)")
-        dev = m.fc.weight.device
-        kv = self.kv or [(torch.zeros(self.c.num_kv_heads, 0, self.c.head_dim, device=dev),) * 2] * len(m.layers)
-        pos = torch.arange(ell, ell + self.c.block_size, device=dev)[None]  # [1, B]
-        h = m.block_hidden(tokens[-1:].to(dev), pos, kv)  # [1, B, H]
-        logits = self.head(h[0, 1:]) if self.head is not None else m.logits(h[0, 1:])  # [B-1, K or V]
+        new = 0 if features is None else features.shape[0]
+        if self.ctx_len + new != ell:
+            raise CaddtreeError(f"drafter context has {self.ctx_len + new} positions but the root is at {ell}: pass "
+                                f"the features of every committed token exactly once (call reset() per generation)")
+        h = self.block(int(tokens[-1]), features)  # [B, H]; the context grows by the new features
+        logits = self.head(h[1:]) if self.head is not None else m.logits(h[1:])  # [B-1, K or V]
         if not self.sampling.greedy:  # the law the target samples from, as this drafter sees it (log-probs)
             logits = draft_log_probs(logits, self.sampling)
         cal = self.calibration
@@ -497,7 +545,7 @@ class DFlashDrafter(Drafter):
         if self.c.draft_vocab_size:
             top_i = m.vocab_map[top_i]
         cal.expect(ell + 1, top_i.tolist(), top_p.tolist())
-        return m.full_log_probs(logits, keep=calibration_keep(cal, self.num_positions, dev))
+        return m.full_log_probs(logits, keep=calibration_keep(cal, self.num_positions, logits.device))
 
 
 # ----------------------------------------------------------------------------------------------------- save / load

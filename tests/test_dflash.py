@@ -321,7 +321,9 @@ def test_rope_table_equals_direct_angles():
 
 def test_context_cache_grows_in_place_and_equals_one_extend():
     """The drafter's context K/V grow in a buffer (appending k positions copies k rows, not the context): fed in
-    rounds past the first capacity (256), it equals the cache of one extend of every feature."""
+    rounds past the first capacity (256) as drafting does (`block`: a round's new rows and its block in one pass, the
+    block's K/V in scratch rows after the context), it equals the cache of one `extend` of every feature, and its
+    block the training path's."""
     tg = tiny_target()
     m = tiny_drafter(tg)
     feats = torch.randn(300, m.fc.weight.shape[1])
@@ -329,13 +331,16 @@ def test_context_cache_grows_in_place_and_equals_one_extend():
     d.reset(None), whole.reset(None)
     whole.extend(feats)
     ptrs = set()
-    for a, b in zip(range(0, 300, 7), list(range(7, 300, 7)) + [300]):
-        d.extend(feats[a:b])
-        ptrs.add(d.kv_buf[0][0].data_ptr())
-    assert d.ctx_len == 300 and len(ptrs) == 2  # one regrowth past 256
-    for (k, v), (kw, vw) in zip(d.kv, whole.kv):
-        torch.testing.assert_close(k, kw, rtol=0, atol=1e-6)
-        torch.testing.assert_close(v, vw, rtol=0, atol=1e-6)
+    with torch.inference_mode():
+        for a, b in zip(range(0, 300, 7), list(range(7, 300, 7)) + [300]):
+            d.block(a % 50, feats[a:b])
+            ptrs.add(d.kv_buf[0][0].data_ptr())
+        assert d.ctx_len == 300 and len(ptrs) == 2  # one regrowth past 256
+        for (k, v), (kw, vw) in zip(d.kv, whole.kv):
+            torch.testing.assert_close(k, kw, rtol=0, atol=1e-6)
+            torch.testing.assert_close(v, vw, rtol=0, atol=1e-6)
+        pos = torch.arange(300, 300 + m.c.block_size)[None]
+        torch.testing.assert_close(d.block(7), m.block_hidden(torch.tensor([7]), pos, whole.kv)[0], rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("K", [0, 40])
@@ -419,7 +424,8 @@ def test_fast_drafter_proposes_close_to_fp32_and_has_its_own_profile_key():
     if not dynamic_available():
         assert fast.linears in ("q8_0", "fp32") and drafter_id(fast) == drafter_id(exact)
         return
-    assert fast.linears == "fbgemm-f16-i8head" and drafter_id(fast) == f"DFlashDrafter-{digest}-fbgemm-f16-i8head"
+    assert fast.linears == "fbgemm-f16-i8head"
+    assert drafter_id(fast) == f"DFlashDrafter-{digest}-fbgemm-f16-i8head-p2"  # the draft pass's version too
     assert type(fast.head) is DynamicLinear and fast.head.kind == "int8"
     layer = fast.model.layers[0]
     assert all(type(p) is DynamicLinear and p.kind == "fp16" for p in (layer.q_proj, layer.down_proj, fast.model.fc))
