@@ -30,7 +30,7 @@ from caddtree.drafter import (Drafter, OnlineCalibration, calibration_keep, for_
 from caddtree.errors import CaddtreeError
 from caddtree.files import atomic_write
 from caddtree.kernels import DynamicLinear, PackedLinear, drafter_linears, pack_linears, q8_0, quantize_linears
-from caddtree.kvcache import append_rows, room_for
+from caddtree.kvcache import room_for
 
 # the draft pass in the cost-profile key of a native target's drafter (`DFlashDrafter.fingerprint`): "p2", one pass
 # per draft (`Layer.draft_forward`), ~1 ms a draft cheaper than the module path profiles before it priced
@@ -479,30 +479,10 @@ class DFlashDrafter(Drafter):
         for c in self._calibrations.values():  # the rates describe the drafter on this target: keep them
             c.forget_pending()
 
-    @torch.inference_mode()
-    def extend(self, features: torch.Tensor) -> None:
-        """Add the features [k, F] of the next k context positions to the cache."""
-        m = self.model
-        dev = m.fc.weight.device
-        features = features.to(dev)
-        if features.shape[0] == 0:
-            return
-        pos = torch.arange(self.ctx_len, self.ctx_len + features.shape[0], device=dev)
-        ctx = m.fuse(features)  # [k, H], once for every layer
-        cos, sin = rope_rows(pos, self.c.head_dim, self.c.rope_freqs, dev, ctx.dtype, self.c.rope_scale)
-        new = [layer.rotated_kv(ctx, cos, sin) for layer in m.layers]  # per layer (k, v) [g, k, d]
-        old_kv = self.kv or [(None, None)] * len(new)
-        old_buf = self.kv_buf or [(None, None)] * len(new)
-        grown = [(append_rows(kb, k0, k1), append_rows(vb, v0, v1))  # appends copy k rows, not the context
-                 for (kb, vb), (k0, v0), (k1, v1) in zip(old_buf, old_kv, new)]
-        self.kv_buf = [(kb, vb) for (kb, _), (vb, _) in grown]
-        self.kv = [(k, v) for (_, k), (_, v) in grown]
-        self.ctx_len += features.shape[0]
-
     def block(self, root: int, features: torch.Tensor | None = None) -> torch.Tensor:
         """The block after the context: features [k, F] of the next k context positions (or None), then the root
         token at position C + k (C = ctx_len) and B - 1 masks -> [B, H] normed; the context grows by k
-        (`extend` + `DFlashModel.block_hidden` on A = 1, in one pass through `Layer.draft_forward`)."""
+        (each layer's `context_kv` + `DFlashModel.block_hidden` on A = 1, in one pass through `Layer.draft_forward`)."""
         m, C, B = self.model, self.ctx_len, self.c.block_size
         dev, dtype = m.mask_embedding.device, m.mask_embedding.dtype
         ctx = m.fuse(features.to(dev)) if features is not None and features.shape[0] else None  # [k, H], all layers'

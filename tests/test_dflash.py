@@ -319,28 +319,28 @@ def test_rope_table_equals_direct_angles():
         assert torch.equal(rope(x, pos, tuple(inv.tolist()), 1.25), want)
 
 
-def test_context_cache_grows_in_place_and_equals_one_extend():
+def test_context_cache_grows_in_place_and_equals_one_projection():
     """The drafter's context K/V grow in a buffer (appending k positions copies k rows, not the context): fed in
     rounds past the first capacity (256) as drafting does (`block`: a round's new rows and its block in one pass, the
-    block's K/V in scratch rows after the context), it equals the cache of one `extend` of every feature, and its
-    block the training path's."""
+    block's K/V in scratch rows after the context), it equals each layer's `context_kv` of every feature at once, and
+    its block the training path's."""
     tg = tiny_target()
     m = tiny_drafter(tg)
     feats = torch.randn(300, m.fc.weight.shape[1])
-    d, whole = DFlashDrafter(m, calibrate=False), DFlashDrafter(m, calibrate=False)
-    d.reset(None), whole.reset(None)
-    whole.extend(feats)
+    d = DFlashDrafter(m, calibrate=False)
+    d.reset(None)
     ptrs = set()
     with torch.inference_mode():
+        whole = [layer.context_kv(m.fuse(feats), torch.arange(300)) for layer in m.layers]  # per layer (k, v)
         for a, b in zip(range(0, 300, 7), list(range(7, 300, 7)) + [300]):
             d.block(a % 50, feats[a:b])
             ptrs.add(d.kv_buf[0][0].data_ptr())
         assert d.ctx_len == 300 and len(ptrs) == 2  # one regrowth past 256
-        for (k, v), (kw, vw) in zip(d.kv, whole.kv):
+        for (k, v), (kw, vw) in zip(d.kv, whole):
             torch.testing.assert_close(k, kw, rtol=0, atol=1e-6)
             torch.testing.assert_close(v, vw, rtol=0, atol=1e-6)
         pos = torch.arange(300, 300 + m.c.block_size)[None]
-        torch.testing.assert_close(d.block(7), m.block_hidden(torch.tensor([7]), pos, whole.kv)[0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(d.block(7), m.block_hidden(torch.tensor([7]), pos, whole)[0], rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("K", [0, 40])
