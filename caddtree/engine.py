@@ -114,7 +114,8 @@ class Decoder:
     def __init__(self, target: Target, drafter: Drafter | None = None, method: str = "ar", budget: int = 32,
                  cost_model=None, gate: bool | str = True, calibrate_phi: bool | str = SAMPLING_ONLY,
                  speculation_gate: bool | str = AUTO, carry_gate: bool | str = SAMPLING_ONLY,
-                 speculation_margin: float = SpeculationGate.MARGIN):
+                 speculation_margin: float = SpeculationGate.MARGIN,
+                 speculation_tree_rate: float = SpeculationGate.TREE_RATE):
         if method not in METHODS:
             raise CaddtreeError(f"unknown method '{method}': choose one of {', '.join(METHODS)}")
         if method != "ar" and drafter is None:
@@ -165,11 +166,13 @@ class Decoder:
         # speculation_gate: draft at all this round? (`budget.SpeculationGate`; on by default, greedy and sampled:
         # within 1% of drafting every round on the shipped model, and where drafting never pays it keeps CaDDTree
         # near plain decoding's speed instead of paying every round's draft: results/bench-amd512-specgate,
-        # docs/sampling.md); it drafts while its running gain is above -speculation_margin
+        # docs/sampling.md); it drafts while its running gain is above -speculation_margin, scaled down where fewer
+        # than speculation_tree_rate of the drafted rounds verify a tree (0: not scaled)
         self.speculation_gate = speculation_gate if method == "caddtree" else False
         if self.speculation_gate and not hasattr(drafter, "skip"):
             raise CaddtreeError("speculation_gate needs a drafter with skip(features) (caddtree.drafter.Drafter's)")
-        self.spec_gate = SpeculationGate(margin=speculation_margin) if self.speculation_gate else None
+        self.spec_gate = (SpeculationGate(margin=speculation_margin, tree_rate=speculation_tree_rate)
+                          if self.speculation_gate else None)
         self.sampling = SamplingParams()  # the current generation's
 
     def _sampled_option(self, value) -> bool:
@@ -371,7 +374,7 @@ class Decoder:
             if spec_gate is not None and options:  # each draft at 1 + its (calibrated) Φ, priced without overhead
                 cost = self.cost_model
                 spec_gate.observe([(1.0 + c.phi, c.predicted_ms - cost.option_overhead_ms(c.n, ctx)) for c in options],
-                                  cost.plain_step_ms(ctx))
+                                  cost.plain_step_ms(ctx), tree=len(tree) > 0)
             if len(tree):
                 rows = commit_path(cache, ctx, path, device)
                 feats = vfeats.index_select(0, rows) if vfeats is not None else None

@@ -442,6 +442,30 @@ def test_speculation_gate_margin_decides_a_small_steady_loss():
         assert after_warmup == 100 if margin else after_warmup <= 100 // 8  # re-checks every 8, 16, 32 rounds
 
 
+@pytest.mark.parametrize("every", [1, 2, 3, 10, 20, 0])
+def test_speculation_gate_margin_shrinks_where_drafts_rarely_verify_a_tree(every):
+    """The same steady 3% loss, where one drafted round in `every` verified a tree (0: none ever did): the margin is
+    5% · min(1, share / 0.2), so the gate keeps drafting where trees come in a third of the drafted rounds or more
+    (the margin stays whole) and stops, drafting only its re-checks, where they come in 1 of 10, 1 of 20 or never
+    (margin < 3%)."""
+    from caddtree.budget import SpeculationGate
+    gate = SpeculationGate(warmup=2, explore_every=8, max_interval=32)
+    assert gate.margin == 0.05 and gate.tree_rate == 0.2
+    drafted = 0
+    for _ in range(2 + 200):
+        if gate.draft():
+            drafted += 1
+            gate.observe([(1.0, 1.03)], 1.0, tree=bool(every) and drafted % every == 0)
+    if every and every <= 3:
+        assert gate.current_margin() == 0.05 and drafted - 2 == 200
+    else:
+        assert gate.current_margin() < 0.029 and drafted - 2 <= 200 // 8  # re-checks every 8, 16, 32 rounds
+    flat = SpeculationGate(warmup=2, tree_rate=0.0)  # caddtree@flatmargin: the margin whatever the share
+    for _ in range(50):
+        flat.observe([(1.0, 1.03)], 1.0, tree=False)
+    assert flat.current_margin() == 0.05 and flat.draft()
+
+
 def test_speculation_gate_follows_a_text_where_speculation_starts_paying():
     from caddtree.budget import SpeculationGate
     gate = SpeculationGate(warmup=2, explore_every=4, max_interval=64, margin=0.05)

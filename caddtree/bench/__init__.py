@@ -13,7 +13,9 @@ shipped DFlash drafter), `mix-` (DFlash + prompt lookup, `--drafter dflash+looku
 `caddtree@nogate` (a two-stage drafter such as `mix` runs both stages every round: no `budget.DraftGate`),
 `caddtree@predgate` (the gate learns from the policy's predicted gains instead of the realised ones),
 `caddtree@cal` (Φ priced by the acceptance rates observed per predicted δ: `budget.PhiCalibration`),
-`caddtree@spec` / `@specall` (`budget.SpeculationGate` under sampling / also greedily),
+`caddtree@spec` / `@specall` (`budget.SpeculationGate` under sampling / also greedily), `caddtree@nospec` (no
+speculation gate), `@spec0` (the gate at margin 0, under sampling), `@flatmargin` (the gate's 5% margin whatever the
+share of drafted rounds that verify a tree, as before results/bench-amd512-treemargin),
 `caddtree@carry` / `@nocarry` (under sampling, one draft gate per sampling setting kept across generations: the
 default since results/bench-amd512-native3 / a fresh gate per generation),
 `caddtree@convex` / `@passes` / `@mono` (C_v refitted from the same measurements: convex (the paper's fit), convex

@@ -21,7 +21,8 @@ VARIANTS = {"nogate": {"gate": False}, "predgate": {"gate": "predicted"},  # met
             "spec": {"speculation_gate": SAMPLING_ONLY}, "specall": {"speculation_gate": True},  # specall: greedily too
             "nospec": {"speculation_gate": False},  # CaDDTree before the speculation gate was its default
             "spec0": {"speculation_gate": SAMPLING_ONLY, "speculation_margin": 0.0},  # drafts while the gain is > 0
-            "carry": {"carry_gate": SAMPLING_ONLY}, "nocarry": {"carry_gate": False}}
+            "carry": {"carry_gate": SAMPLING_ONLY}, "nocarry": {"carry_gate": False},
+            "flatmargin": {"speculation_tree_rate": 0.0}}  # the speculation gate's margin before it shrank
 
 
 def full_build_overhead(measurements: dict) -> dict:
