@@ -333,19 +333,22 @@ class SpeculationGate:
     drafting: around break-even, drafting keeps the calibrations learning and catches the bursts (a repeated passage)
     where it pays most. Those bursts are rounds that verify a tree; where the drafts almost never yield one (chat
     text sampled at T = 1: a tree in 5-8% of drafted rounds, each other drafted round a pure loss of the lookup's
-    ~0.3 ms and its cache traffic), there is nothing to catch, so the margin shrinks with the share r of drafted
-    rounds that verified a tree: margin' = `margin` · min(1, r / `tree_rate`) (r: a running mean over the
-    generation's drafted rounds with the gain's weights, starting from `tree_prior` rounds at r = `tree_rate`, never
-    replaced by a re-check; `tree_rate` 0: the flat margin, `caddtree@flatmargin`). Greedily r is 0.4-0.85 on every set, at T = 0.7 0.2-0.5: the margin there is
-    unchanged. Only which rounds draft changes, never the output.
+    ~0.3 ms and of a verify a few percent slower after it), there is nothing to catch, so the margin shrinks with
+    the share r of drafted rounds that verified a tree: margin' = `margin` · min(1, r / `tree_rate`) (r: a running
+    mean over the generation's drafted rounds with the gain's weights, starting from `tree_prior` rounds at r =
+    `tree_rate`, never replaced by a re-check; `tree_rate` 0: the flat margin, `caddtree@flatmargin`). Per set r was
+    0.49-0.85 greedily and 0.20-0.51 at T = 0.7 (results/bench-amd512-onepass), where the margin stays (nearly)
+    whole. Only which rounds draft changes, never the output.
 
     Measured (docs/sampling.md): on by default. Without the margin (realised gains, then expected ones) it drafted
     in 4-28% of rounds on sets where drafting every round was as fast or faster: there the expected gain of a round
     sits within a few percent of zero, and once below, the gate stops collecting the rounds that would lift it. At
     margin 0 with the re-check rule (results/bench-amd512-stepcut): 4% more time pooled at T = 0.7 (it pauses through
-    stretches of long answers where drafting pays). With the margin (results/bench-amd512-specgate, 8 sets x 12): 0.995,
-    0.996 and 1.008 of CaDDTree's time per prompt greedy, at T = 1.0 and at T = 0.7; where drafting never pays (a
-    weak drafter on a tiny target) CaDDTree kept 0.77-0.81x plain decoding's speed with it, 0.28x without.
+    stretches of long answers where drafting pays). With the margin (results/bench-amd512-specgate at 957a326, 8
+    sets x 12): 0.995, 0.996 and 1.008 of CaDDTree's time per prompt greedy, at T = 1.0 and at T = 0.7; where
+    drafting never pays (a weak drafter on a tiny target) CaDDTree kept 0.77-0.81x plain decoding's speed with it,
+    0.28x without. The margin by tree share against the flat one (results/bench-amd512-treemargin): 0.990 of its time
+    per prompt at T = 1.0 (drafting in 16-56% of rounds instead of 74-98%), 1.003 at T = 0.7.
     `Decoder(speculation_gate=False)` or `caddtree@nospec` in `caddtree bench` turns it off.
     """
 

@@ -165,9 +165,9 @@ class Decoder:
         self.phi_cal: dict = {}  # sampling setting -> {stage: PhiCalibration} (`drafter.for_setting`)
         # speculation_gate: draft at all this round? (`budget.SpeculationGate`; on by default, greedy and sampled:
         # within 1% of drafting every round on the shipped model, and where drafting never pays it keeps CaDDTree
-        # near plain decoding's speed instead of paying every round's draft: results/bench-amd512-specgate,
-        # docs/sampling.md); it drafts while its running gain is above -speculation_margin, scaled down where fewer
-        # than speculation_tree_rate of the drafted rounds verify a tree (0: not scaled)
+        # near plain decoding's speed instead of paying every round's draft: docs/sampling.md); it drafts while its
+        # running gain is above -speculation_margin, scaled down where fewer than speculation_tree_rate of the drafted
+        # rounds verify a tree (0: not scaled)
         self.speculation_gate = speculation_gate if method == "caddtree" else False
         if self.speculation_gate and not hasattr(drafter, "skip"):
             raise CaddtreeError("speculation_gate needs a drafter with skip(features) (caddtree.drafter.Drafter's)")
