@@ -414,12 +414,13 @@ def test_speculation_gate_prices_each_draft_without_the_profiles_overheads():
         dec = Decoder(target, RandomDrafter(target.vocab_size, 4, seed=0, sharpness=sharpness), "caddtree",
                       cost_model=cost, speculation_gate=True)
         seen, observe = [], dec.spec_gate.observe
-        dec.spec_gate.observe = lambda tokens_ms, plain_ms: (seen.append((tokens_ms, plain_ms)),
-                                                             observe(tokens_ms, plain_ms))
+        dec.spec_gate.observe = lambda tokens_ms, plain_ms, tree: (seen.append((tokens_ms, plain_ms, tree)),
+                                                                   observe(tokens_ms, plain_ms, tree=tree))
         drafted = [r for r in dec.generate(p, 40).rounds if r.drafted]
         assert len(seen) == len(drafted) > 0
-        for (tokens_ms, plain_ms), r in zip(seen, drafted):
+        for (tokens_ms, plain_ms, tree), r in zip(seen, drafted):
             assert plain_ms == pytest.approx(10.0) and tokens_ms[-1][1] == pytest.approx(2.0 + cv[r.tree_size])
+            assert tree == (r.tree_size > 0)  # the margin's tree share counts the rounds that verified a tree
         plain_choices += sum(r.tree_size == 0 for r in drafted)
     assert 0 < plain_choices
 
