@@ -7,7 +7,10 @@ tensor processor applies on load (Llama's Q/K head permutation) is applied to th
 weights along K, so permuting output rows moves whole rows of blocks. Every replaced weight is checked at load: the
 blocks, dequantized as the kernel reads them, must equal the fp32 Parameter transformers built from the same file,
 bit for bit, so native and fp32 weights are the same model (only the summation order of the linears differs).
-Tensors of other block types keep the fp32 path (one notice line).
+The 5- and 6-bit types and Q4_K are repacked once at load into a layout the kernel reads (`kernel_blocks`): their
+weights are d·q + m per 16 or 32 weights with d·q exact in fp32 (d a fp16 scale times a small integer scale, q at
+most 6 bits), so fp32 d, m and one FMA per weight give gguf-py's values exactly. Tensors of other block types (Q2_K,
+Q3_K, the IQ types) keep the fp32 path (one notice line).
 """
 from __future__ import annotations
 
@@ -16,12 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGUFReader
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader
+from gguf.quants import Q4_K
 from torch import nn
 from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
 
 from caddtree.errors import CaddtreeError
-from caddtree.kernels import GGML_TYPES, QuantLinear, packing_available
+from caddtree.kernels import GGML_TYPES, REPACKED_TYPES, QuantLinear, packing_available
 
 # model_type -> transformers' tensor processor: Llama's permutes Q/K rows (moved here as whole block rows), Gemma's
 # shifts the norms llama.cpp stores as 1 + w (not linears), Phi3's fused attn_qkv / ffn_up load as stored
@@ -45,6 +49,72 @@ def block_rows(tensor, order: np.ndarray) -> torch.Tensor:
     F16 tensors over as float16 arrays [N, K] and block types as bytes: both are the stored bytes."""
     data = np.asarray(tensor.data).view(np.uint8).reshape(len(order), -1)
     return torch.from_numpy(np.ascontiguousarray(data[order]))
+
+
+def _f16(b: np.ndarray, at: int) -> np.ndarray:
+    """[n, 1] fp32: the fp16 at byte `at` of each block (row of b)."""
+    return np.ascontiguousarray(b[:, at:at + 2]).view(np.float16).astype(np.float32)
+
+
+def _nibbles(qs: np.ndarray, chunk: int) -> np.ndarray:
+    """[n, bytes] -> [n, 2 · bytes]: per chunk of `chunk` bytes its low nibbles, then its high ones (ggml's order)."""
+    q = qs.reshape(qs.shape[0], -1, 1, chunk) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
+    return (q & np.uint8(0x0F)).reshape(qs.shape[0], -1)
+
+
+def _k_scales(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K / Q5_K super-blocks -> (d·sc, dmin·min) [n, 8], one per 32 weights, as gguf-py computes them (exact)."""
+    sc, mn = Q4_K.get_scale_min(np.ascontiguousarray(b[:, 4:16]))
+    return _f16(b, 0) * sc.astype(np.float32), _f16(b, 2) * mn.astype(np.float32)
+
+
+def _q4_1s(d: np.ndarray, m: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """d, m [n] fp32 and q [n, 32] in 0..15 -> [n, 24] Q4_1S blocks (w = d·q + m; byte j = q[j] | q[j + 16] << 4)."""
+    head = np.stack([d, m], -1).astype(np.float32).view(np.uint8)
+    return np.concatenate([head, (q[:, :16] | (q[:, 16:] << 4)).astype(np.uint8)], 1)
+
+
+def _q8s(d: np.ndarray, m: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """d, m [n, 2] fp32 (elements 0..15, 16..31) and q [n, 32] int8 -> [n, 48] Q8S blocks (w = fma(q, d, m))."""
+    head = np.concatenate([d, m], -1).astype(np.float32).view(np.uint8)
+    return np.concatenate([head, q.astype(np.int8).view(np.uint8)], 1)
+
+
+def kernel_blocks(blocks: torch.Tensor, kind: str, k: int) -> tuple[torch.Tensor, int]:
+    """blocks [N, row bytes] uint8 of a REPACKED_TYPES tensor as stored -> (rows [N, K/32 · 24 or 48] in the kernel's
+    layout, its type): Q4_K -> Q4_1S (d·sc, -dmin·min, nibbles); Q5_0, Q5_1, Q5_K, Q6_K -> Q8S. The unpacking
+    follows gguf-py's dequantize step for step; M = -0.0 where a type has no offset, so fma(q, d, -0.0) = d·q to the
+    sign of zero. `use_gguf_blocks` checks every converted tensor against transformers' weights bit for bit."""
+    size, nbytes = GGML_QUANT_SIZES[GGMLQuantizationType[kind]]
+    n = blocks.shape[0] * k // size
+    b = blocks.numpy().reshape(n, nbytes)
+    neg0 = np.full((n * size // 32, 2), -0.0, dtype=np.float32)
+    if kind == "Q4_K":
+        d, dm = _k_scales(b)
+        return torch.from_numpy(_q4_1s(d.reshape(-1), -dm.reshape(-1), _nibbles(b[:, 16:], 32).reshape(-1, 32))
+                                .reshape(blocks.shape[0], -1)), 103
+    if kind in ("Q5_0", "Q5_1"):  # d (fp16), [m (fp16)], 32 high bits, 16 bytes of nibbles
+        at = 2 if kind == "Q5_0" else 4
+        high = (np.ascontiguousarray(b[:, at:at + 4]).view(np.uint32) >> np.arange(32, dtype=np.uint32)) & 1
+        q = (_nibbles(b[:, at + 4:], 16) | (high.astype(np.uint8) << 4)).astype(np.int8)
+        d = np.repeat(_f16(b, 0), 2, 1)
+        if kind == "Q5_0":
+            q, m = q - np.int8(16), neg0
+        else:
+            m = np.repeat(_f16(b, 2), 2, 1)
+    elif kind == "Q5_K":  # d, dmin, 12 B of scales, 32 B of high bits, 128 B of nibbles
+        d, dm = (np.repeat(x.reshape(-1, 1), 2, 1) for x in _k_scales(b))
+        high = (b[:, 16:48].reshape(n, 1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 1, 8, 1)) & 1
+        q, m = (_nibbles(b[:, 48:], 32) | (high.reshape(n, -1) << 4)).astype(np.int8), -dm
+    elif kind == "Q6_K":  # 128 B of low nibbles, 64 B of 2-bit highs, 16 int8 scales, d
+        low = _nibbles(b[:, :128], 64)
+        high = (b[:, 128:192].reshape(n, -1, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)) & 3
+        q = (low | (high.reshape(n, -1) << 4)).astype(np.int8) - np.int8(32)
+        d, m = (_f16(b, 208) * b[:, 192:208].view(np.int8).astype(np.float32)).reshape(-1, 2), neg0
+    else:
+        raise ValueError(f"{kind} is not one of {sorted(REPACKED_TYPES)}")
+    rows = _q8s(d.reshape(-1, 2), m.reshape(-1, 2), q.reshape(-1, 32))
+    return torch.from_numpy(rows.reshape(blocks.shape[0], -1)), 108
 
 
 def _linear_targets(model: nn.Module) -> dict[str, list[tuple[nn.Module, str, nn.Module]]]:
@@ -83,13 +153,15 @@ def use_gguf_blocks(model: nn.Module, path: Path) -> dict[str, int]:
         if hf not in sites:
             continue
         kind = t.tensor_type.name
-        if kind not in GGML_TYPES:
+        if kind not in GGML_TYPES and kind not in REPACKED_TYPES:
             counts["fp32"] = counts.get("fp32", 0) + len(sites[hf])
             continue
         rows, k = int(t.shape[1]) if len(t.shape) > 1 else 1, int(t.shape[0])
-        blocks = block_rows(t, _row_order(processor, t.name, rows))
+        blocks, layout = block_rows(t, _row_order(processor, t.name, rows)), None
+        if kind in REPACKED_TYPES:
+            blocks, layout = kernel_blocks(blocks, kind, k)
         for parent, attr, linear in sites[hf]:
-            quant = QuantLinear(blocks, GGML_TYPES[kind], k, linear.bias, linear.weight)
+            quant = QuantLinear(blocks, {**GGML_TYPES, **REPACKED_TYPES}[kind], k, linear.bias, linear.weight, layout)
             if not torch.equal(quant.dequantized(), linear.weight.detach()):
                 raise CaddtreeError(f"GGUF tensor {t.name} ({kind}) does not dequantize to the weights transformers "
                                     f"loaded for {hf}: use --weights fp32 (and report this file)")
@@ -97,5 +169,5 @@ def use_gguf_blocks(model: nn.Module, path: Path) -> dict[str, int]:
             counts[kind] = counts.get(kind, 0) + 1
     if counts.get("fp32"):
         print(f"caddtree: {counts['fp32']} linear(s) of {path.name} use block types the native kernel does not read "
-              f"(it reads {', '.join(GGML_TYPES)}); they run in fp32", file=sys.stderr)
+              f"(it reads {', '.join([*GGML_TYPES, *REPACKED_TYPES])}); they run in fp32", file=sys.stderr)
     return counts

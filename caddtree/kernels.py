@@ -238,10 +238,38 @@ def cat_biases(parts: list[nn.Module]) -> torch.Tensor | None:
 
 # ------------------------------------------------------------------------------------------- GGUF blocks as stored
 GGML_TYPES = {"F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "BF16": 30}  # what quant_linear.cpp reads: name -> id
-BLOCK_BYTES = {1: 64, 2: 18, 3: 20, 8: 34, 30: 64, 102: 20, 103: 24}  # bytes per 32 weights; 102/103: Q4_0/Q4_1, fp32
+# GGUF types read once repacked at load into a kernel layout, exactly (`gguf_weights.kernel_blocks`): Q4_K -> Q4_1S,
+# the 5/6-bit ones -> Q8S (108: fp32 d, m per 16 weights, int8 q)
+REPACKED_TYPES = {"Q5_0": 6, "Q5_1": 7, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
+BLOCK_BYTES = {1: 64, 2: 18, 3: 20, 8: 34, 30: 64, 102: 20, 103: 24, 108: 48}  # per 32 weights; 102/103: Q4_0/1, fp32
 HALF_TYPES = {torch.float16: 1, torch.bfloat16: 30}  # a half-precision model's weight rows are blocks of these types
 HALF_DTYPES = {t: d for d, t in HALF_TYPES.items()}  # and back: F16/BF16 rows viewed as the weight
 KERNEL_DTYPES = (torch.float32, *HALF_TYPES)  # activations QuantLinear and row_attention take (fp16/bf16 widened)
+
+
+def to_q8s(rows: torch.Tensor, kernel_type: int) -> torch.Tensor:
+    """Q4_0S / Q4_1S / Q8_0 / Q8S rows [N, K/32 · bytes] -> the same weights as Q8S rows [N, K/32 · 48]: d, m widened
+    (Q8_0's fp16 d exactly), nibbles as int8 (Q4_0's q - 8), m = -0.0 where a type has none, so fma(q, d, m) gives each
+    type's own value (d·q + m rounded once, or the exact product d·q) bit for bit."""
+    if kernel_type == 108:
+        return rows
+    b = rows.numpy().reshape(-1, BLOCK_BYTES[kernel_type])  # [blocks, bytes]
+    m = np.full((b.shape[0], 1), -0.0, dtype=np.float32)
+    if kernel_type == 8:
+        d, q = np.ascontiguousarray(b[:, :2]).view(np.float16).astype(np.float32), b[:, 2:].view(np.int8)
+    else:  # 102 (d, nibbles), 103 (d, m, nibbles): element j < 16 the low nibble of byte j, j + 16 its high one
+        at = 4 if kernel_type == 102 else 8
+        d = np.ascontiguousarray(b[:, :4]).view(np.float32)
+        if kernel_type == 103:
+            m = np.ascontiguousarray(b[:, 4:8]).view(np.float32)
+        q = np.concatenate([b[:, at:] & 0x0F, b[:, at:] >> 4], 1).astype(np.int8) - np.int8(8 if kernel_type == 102
+                                                                                          else 0)
+    head = np.concatenate([d, d, m, m], 1).astype(np.float32).view(np.uint8)
+    out = np.concatenate([head, q.astype(np.int8).view(np.uint8)], 1)
+    return torch.from_numpy(out.reshape(rows.shape[0], -1))
+
+
+TO_Q8S = (8, 102, 103, 108)  # the kernel layouts `to_q8s` rewrites
 
 
 def quant_row_group() -> int:
@@ -258,13 +286,15 @@ class QuantLinear(nn.Module):
     `weight`, the same values (the model's Parameter, or None), serves calls the kernel does not take: more than
     MAX_ROWS rows (prefill), grad mode, non-CPU inputs, dtypes other than fp32/fp16/bf16. fp16/bf16 inputs are widened
     to fp32 (exactly), and the fp32 sums rounded once to the input's dtype: each row still alone, so still
-    batch-invariant. kernel_type: `blocks` are already in that kernel layout (as `cat_rows` passes them)."""
+    batch-invariant. kernel_type: `blocks` are already in that kernel layout (as `cat_rows` passes them; required for
+    the REPACKED_TYPES, whose blocks `gguf_weights.kernel_blocks` converts)."""
 
     def __init__(self, blocks: torch.Tensor, ggml_type: int, in_features: int, bias: torch.Tensor | None = None,
                  weight: torch.Tensor | None = None, kernel_type: int | None = None):
         super().__init__()
         layout = kernel_type or ggml_type
-        if ggml_type not in GGML_TYPES.values() or layout not in BLOCK_BYTES or in_features % 32 or \
+        known = ggml_type in GGML_TYPES.values() or (ggml_type in REPACKED_TYPES.values() and kernel_type)
+        if not known or layout not in BLOCK_BYTES or in_features % 32 or \
                 blocks.shape[1] != in_features // 32 * BLOCK_BYTES[layout] or blocks.dtype != torch.uint8:
             raise ValueError(f"blocks {tuple(blocks.shape)} {blocks.dtype} are not ggml type {ggml_type} rows of "
                              f"{in_features} weights")
@@ -276,9 +306,15 @@ class QuantLinear(nn.Module):
 
     @classmethod
     def cat_rows(cls, parts: list["QuantLinear"]) -> "QuantLinear | None":
-        """The parts as one linear (rows concatenated), or None where their block types or widths differ."""
-        if len({(p.kernel_type, p.in_features) for p in parts}) != 1:
+        """The parts as one linear (rows concatenated), or None where their widths differ or their block types do and
+        cannot all be written as Q8S (a GGUF file often stores v_proj in another type than q/k: `to_q8s`)."""
+        if len({p.in_features for p in parts}) != 1:
             return None
+        if len({p.kernel_type for p in parts}) != 1:
+            if any(p.kernel_type not in TO_Q8S for p in parts):
+                return None
+            parts = [cls(to_q8s(p.rows, p.kernel_type), p.ggml_type, p.in_features, p.bias, p.weight, kernel_type=108)
+                     for p in parts]
         rows = torch.cat([p.rows for p in parts])
         half = HALF_DTYPES.get(parts[0].kernel_type)
         if half is not None:  # the weight is the rows themselves: a view, not a second copy

@@ -36,7 +36,10 @@ namespace {
 // ahead of its nibbles (Q4_0S: d, 16 B = 20 bytes; Q4_1S: d, m, 16 B = 24 bytes). Why: building a block's table from
 // fp16 scales (a load, a conversion, two broadcasts) cost as many instructions as the rest of a plain step's block;
 // from fp32 in memory the broadcasts are plain loads. The values, hence every result, are the same.
-enum Type : int64_t { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, BF16 = 30, Q4_0S = 102, Q4_1S = 103 };
+// Q8S (48 bytes: fp32 d_lo, d_hi, m_lo, m_hi, then int8 q[32]; w = fma(q, d, m), elements 0..15 with the _lo pair,
+// 16..31 with _hi) is what the 5- and 6-bit GGUF types (Q5_0, Q5_1, Q5_K, Q6_K) become at load
+// (caddtree/gguf_weights.py): their weights are d·q + m with d·q exact in fp32, so one FMA gives gguf-py's values.
+enum Type : int64_t { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, BF16 = 30, Q4_0S = 102, Q4_1S = 103, Q8S = 108 };
 constexpr int64_t QK = 32;                                        // weights per block
 
 constexpr int64_t block_bytes(int64_t type) {
@@ -48,6 +51,7 @@ constexpr int64_t block_bytes(int64_t type) {
     case Q8_0: return 34;
     case Q4_0S: return 20;
     case Q4_1S: return 24;
+    case Q8S: return 48;
     default: return -1;
   }
 }
@@ -135,6 +139,12 @@ inline void dequant_regs(const uint8_t* b, __m512& lo, __m512& hi) {
     const __m128i* q = reinterpret_cast<const __m128i*>(b + 2);
     lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q))), D);
     hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1))), D);
+  } else if constexpr (type == Q8S) {
+    const __m128i* q = reinterpret_cast<const __m128i*>(b + 16);
+    lo = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q))), _mm512_set1_ps(f32(b)),
+                         _mm512_set1_ps(f32(b + 8)));
+    hi = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1))), _mm512_set1_ps(f32(b + 4)),
+                         _mm512_set1_ps(f32(b + 12)));
   } else if constexpr (type == BF16) {  // bf16 is fp32's upper half: widen, shift into place (exact)
     const __m256i* h = reinterpret_cast<const __m256i*>(b);
     lo = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(h)), 16));
@@ -179,6 +189,12 @@ inline void dequant_block(const uint8_t* b, float* out) {
       const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * h)));
       _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(_mm256_cvtepi32_ps(v), D));
     }
+  } else if constexpr (type == Q8S) {
+    for (int h = 0; h < 4; ++h) {  // elements 8h..8h+7: the _lo scales for h < 2, the _hi ones after
+      const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 16 + 8 * h)));
+      _mm256_storeu_ps(out + 8 * h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(f32(b + 4 * (h / 2))),
+                                                    _mm256_set1_ps(f32(b + 8 + 4 * (h / 2)))));
+    }
   } else if constexpr (type == BF16) {
     for (int h = 0; h < 4; ++h) {
       const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 * h)));
@@ -204,6 +220,9 @@ inline void dequant_block(const uint8_t* b, float* out) {
   } else if constexpr (type == Q8_0) {
     const float d = half_to_float(b);
     for (int j = 0; j < 32; ++j) out[j] = float(int8_t(b[2 + j])) * d;
+  } else if constexpr (type == Q8S) {
+    for (int j = 0; j < 32; ++j)
+      out[j] = std::fma(float(int8_t(b[16 + j])), f32(b + 4 * (j / 16)), f32(b + 8 + 4 * (j / 16)));
   } else if constexpr (type == BF16) {
     for (int j = 0; j < 32; ++j) {
       uint16_t h;
@@ -252,6 +271,7 @@ inline void dequant_row(int64_t type, const uint8_t* row, int64_t nb, int64_t ah
     case Q8_0: dequant_blocks<Q8_0>(row, nb, ahead, out); break;
     case Q4_0S: dequant_blocks<Q4_0S>(row, nb, ahead, out); break;
     case Q4_1S: dequant_blocks<Q4_1S>(row, nb, ahead, out); break;
+    case Q8S: dequant_blocks<Q8S>(row, nb, ahead, out); break;
     case BF16: dequant_blocks<BF16>(row, nb, ahead, out); break;
     default: dequant_blocks<F16>(row, nb, ahead, out); break;
   }
@@ -417,7 +437,7 @@ void fused_linear(const float* x, int64_t M, int64_t K, const uint8_t* bp, float
 torch::Tensor quant_linear(torch::Tensor x, torch::Tensor blocks, int64_t type) {
   const int64_t bb = block_bytes(type);
   TORCH_CHECK(bb > 0, "quant_linear: unsupported type ", type, " (F16=1, Q4_0=2, Q4_1=3, Q8_0=8, BF16=30, Q4_0S=102, "
-              "Q4_1S=103)");
+              "Q4_1S=103, Q8S=108)");
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat, "x: [M, K] contiguous fp32");
   const int64_t M = x.size(0), K = x.size(1), N = blocks.size(0), nb = K / QK;
   TORCH_CHECK(K % QK == 0 && blocks.dim() == 2 && blocks.is_contiguous() && blocks.scalar_type() == torch::kUInt8 &&
@@ -434,6 +454,7 @@ torch::Tensor quant_linear(torch::Tensor x, torch::Tensor blocks, int64_t type) 
       case Q4_1: fused_linear<Q4_1>(xp, M, K, bp, yp, N); break;
       case Q4_0S: fused_linear<Q4_0S>(xp, M, K, bp, yp, N); break;
       case Q4_1S: fused_linear<Q4_1S>(xp, M, K, bp, yp, N); break;
+      case Q8S: fused_linear<Q8S>(xp, M, K, bp, yp, N); break;
       case Q8_0: fused_linear<Q8_0>(xp, M, K, bp, yp, N); break;
       case BF16: fused_linear<BF16>(xp, M, K, bp, yp, N); break;
       default: fused_linear<F16>(xp, M, K, bp, yp, N); break;

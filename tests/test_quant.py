@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, quants
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFWriter, quants
+from transformers import LlamaConfig
 from torch import nn
 from transformers import AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, Phi3Config
 from torch.utils.cpp_extension import is_ninja_available, load
@@ -22,8 +23,9 @@ from caddtree import kernels
 from caddtree.costmodel import fit_cost_model
 from caddtree.engine import Decoder
 from caddtree.files import cpu_tag
-from caddtree.gguf_weights import block_rows, use_gguf_blocks
-from caddtree.kernels import BLOCK_BYTES, GGML_TYPES, MAX_ROWS, QuantLinear, fuse_linears, packing_available
+from caddtree.gguf_weights import block_rows, kernel_blocks, use_gguf_blocks
+from caddtree.kernels import (BLOCK_BYTES, GGML_TYPES, MAX_ROWS, REPACKED_TYPES, QuantLinear, fuse_linears,
+                              packing_available, to_q8s)
 from caddtree.lean import LeanForward
 from caddtree.target import Target
 from conftest import TOY_COSTS, OracleDrafter, RandomDrafter, make_tiny_target, reference_greedy
@@ -62,12 +64,12 @@ def test_quant_linear_matches_fp32_linear(kind, rows):
         torch.testing.assert_close(lin(x), F.linear(x, w, bias), rtol=1e-5, atol=1e-4)
 
 
-def _check_invariance(linear_fn, blocks, kind, k, threads=(1, 2)):
+def _check_invariance(linear_fn, blocks, kind, k, threads=(1, 2), t=None):
     """Rows 1..96 (both sides of the kernel's path and group boundaries: 4/5 rows, groups of 8), any split of them, any
-    thread count: every row bit-identical to that row alone."""
+    thread count: every row bit-identical to that row alone. t: the kernel type (default: `kind`'s)."""
     torch.manual_seed(1)
     x = torch.randn(MAX_ROWS, k)
-    t = GGML_TYPES[kind]
+    t = t or GGML_TYPES[kind]
     saved = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
@@ -87,6 +89,61 @@ def _check_invariance(linear_fn, blocks, kind, k, threads=(1, 2)):
 def test_quant_rows_are_batch_invariant_on_any_thread_count(kind):
     blocks, _ = random_blocks(kind, 203, 128)
     _check_invariance(kernels._library().quant_linear, blocks, kind, 128)
+
+
+def raw_blocks(kind: str, n: int, k: int, seed: int = 0) -> np.ndarray:
+    """[n, row bytes] uint8: random blocks of a GGUF type gguf-py cannot quantize to (the K types), random bytes with
+    their fp16 scales set to small normal values (no inf or NaN); gguf-py's quantizer for the others."""
+    rng = np.random.default_rng(seed)
+    if kind in ("Q5_0", "Q5_1"):
+        w = (rng.standard_normal((n, k)) * rng.uniform(0.01, 2.0, (n, 1))).astype(np.float32)
+        return np.ascontiguousarray(quants.quantize(w, GGMLQuantizationType[kind])).view(np.uint8).reshape(n, -1)
+    size, nbytes = GGML_QUANT_SIZES[GGMLQuantizationType[kind]]
+    b = rng.integers(0, 256, (n * k // size, nbytes), dtype=np.uint8)
+    for at in ((0, 2) if kind in ("Q4_K", "Q5_K") else (208,)):  # d, dmin / Q6_K's d
+        b[:, at:at + 2] = (rng.standard_normal((len(b), 1)) * 1e-3).astype(np.float16).view(np.uint8)
+    return b.reshape(n, -1)
+
+
+def repacked(kind: str, n: int, k: int, seed: int = 0):
+    """(QuantLinear on `kind`'s blocks as `kernel_blocks` converts them, W [n, k] = gguf-py's dequantization)."""
+    b = raw_blocks(kind, n, k, seed)
+    w = torch.from_numpy(quants.dequantize(b, GGMLQuantizationType[kind]).reshape(n, k).astype(np.float32))
+    rows, layout = kernel_blocks(torch.from_numpy(b.copy()), kind, k)
+    return QuantLinear(rows, REPACKED_TYPES[kind], k, weight=w, kernel_type=layout), w
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", list(REPACKED_TYPES))
+def test_repacked_types_are_gguf_values_bit_for_bit_and_batch_invariant(kind):
+    """Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, repacked at load (Q4_K as Q4_1S, the others as Q8S): every weight is gguf-py's
+    value to the bit (signed zeros included), a linear on them matches F.linear on those values, and each row's result
+    is that row's alone, on 1 and 2 threads."""
+    lin, w = repacked(kind, 40, 512)
+    got = lin.dequantized()
+    assert torch.equal(got.view(torch.int32), w.view(torch.int32)), kind
+    x = torch.randn(7, 512)
+    with torch.inference_mode():
+        torch.testing.assert_close(lin(x), F.linear(x, w), rtol=1e-5, atol=1e-4)
+    _check_invariance(kernels._library().quant_linear, lin.rows, kind, 512, t=lin.kernel_type)
+
+
+@needs_kernel
+def test_mixed_block_types_fuse_as_q8s_bit_for_bit():
+    """q/k/v stored in different types (a file's usual mix): `cat_rows` rewrites Q4_0S, Q4_1S and Q8_0 parts as Q8S
+    (`to_q8s`) so the fused call stays one kernel call, and every output equals its part's own, bit for bit."""
+    k = 256
+    parts = [QuantLinear(random_blocks(kind, n, k, seed=n)[0], GGML_TYPES[kind], k, torch.randn(n) if n != 16 else None)
+             for kind, n in (("Q4_1", 32), ("Q4_0", 16), ("Q8_0", 24))] + [repacked("Q6_K", 8, k)[0]]
+    fused = fuse_linears(parts)
+    assert type(fused) is QuantLinear and fused.kernel_type == 108 and fused.out_features == 80
+    for p in parts:
+        assert torch.equal(kernels._library().quant_dequantize(to_q8s(p.rows, p.kernel_type), 108, k),
+                           p.dequantized())
+    for m in (1, 3, 5, 9):
+        x = torch.randn(m, k)
+        with torch.inference_mode():
+            assert torch.equal(fused(x), torch.cat([p(x) for p in parts], -1)), m
 
 
 BINDING = """#include <torch/extension.h>
@@ -117,6 +174,11 @@ def test_other_builds_agree_and_are_batch_invariant(isa, tmp_path):
         _check_invariance(mod.quant_linear, blocks, kind, 64, threads=(2,))
         rows, t = mod.quant_repack(blocks, GGML_TYPES[kind], 64)  # the layout QuantLinear runs: the same bits
         assert torch.equal(mod.quant_linear(x, rows, t), mod.quant_linear(x, blocks, GGML_TYPES[kind]))
+    for kind in ("Q5_1", "Q6_K"):  # Q8S, the 5- and 6-bit types' layout
+        lin, w = repacked(kind, 45, 256, seed=3)
+        x = torch.randn(9, 256)
+        torch.testing.assert_close(mod.quant_linear(x, lin.rows, 108), x @ w.T, rtol=1e-5, atol=1e-4)
+        _check_invariance(mod.quant_linear, lin.rows, kind, 256, threads=(2,), t=108)
 
 
 @needs_kernel
@@ -145,8 +207,8 @@ def test_fused_linears_equal_their_parts_bit_for_bit():
     x = torch.randn(5, 64)
     with torch.inference_mode():
         assert torch.equal(fused(x), torch.cat([p(x) for p in parts], -1))
-    mixed = fuse_linears([parts[0], QuantLinear(*random_blocks("Q8_0", 16, 64)[:1], GGML_TYPES["Q8_0"], 64)])
-    assert mixed.out_features == 80  # different block types: one call per part, same result
+    mixed = fuse_linears([parts[0], QuantLinear(*random_blocks("F16", 16, 64)[:1], GGML_TYPES["F16"], 64)])
+    assert mixed.out_features == 80  # block types with no common layout: one call per part, same result
     with torch.inference_mode():
         assert torch.equal(mixed(x)[:, :64], parts[0](x))
 
@@ -227,10 +289,20 @@ GGUF_FAMILIES = {  # family -> (gguf arch, HF config, loading keywords)
 }
 
 
+# a Llama whose linears are stored in every type the kernel reads after a repack (K % 256 == 0 for the K types), q/k/v
+# and gate/up in different types as llama.cpp's mixes store them: GGUF tensor name part -> type
+K_LLAMA = (gguf.MODEL_ARCH.LLAMA, lambda: LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                                                      max_position_embeddings=512, tie_word_embeddings=False), {})
+K_TYPES = {"attn_q": "Q4_K", "attn_k": "Q5_0", "attn_v": "Q8_0", "attn_output": "Q6_K", "ffn_gate": "Q5_K",
+           "ffn_up": "Q4_0", "ffn_down": "Q5_1", "token_embd": "Q8_0", "output": "Q6_K"}
+
+
 def write_tiny_gguf(folder, family: str, seed: int = 0):
     """A random tiny model of `family` written with gguf-py the way llama.cpp's converter lays one out (its tensor
-    names, Q4_0 linears, a Q8_0 embedding / head, F32 norms, Gemma's stored as 1 + w) -> the file's path."""
-    arch, config, _ = GGUF_FAMILIES[family]
+    names, Q4_0 linears, a Q8_0 embedding / head, F32 norms, Gemma's stored as 1 + w; 'llama': K_TYPES, the K types
+    as random blocks) -> the file's path."""
+    arch, config, _ = K_LLAMA if family == "llama" else GGUF_FAMILIES[family]
     torch.manual_seed(seed)
     cfg = config()
     model = AutoModelForCausalLM.from_config(cfg)
@@ -244,7 +316,7 @@ def write_tiny_gguf(folder, family: str, seed: int = 0):
                        (w.add_layer_norm_rms_eps, cfg.rms_norm_eps), (w.add_rope_freq_base, 1e4),
                        (w.add_vocab_size, cfg.vocab_size)]:
         add(value)
-    if family != "phi3":
+    if family not in ("phi3", "llama"):
         w.add_sliding_window(cfg.sliding_window)
     names = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)
     for hf, t in model.state_dict().items():
@@ -253,7 +325,12 @@ def write_tiny_gguf(folder, family: str, seed: int = 0):
         if name is None:  # Gemma's tied head: the embedding is the head
             assert hf == "lm_head.weight" and family != "phi3"
         elif a.ndim == 1:
-            w.add_tensor(name, a + 1 if family != "phi3" else a)
+            w.add_tensor(name, a + 1 if family not in ("phi3", "llama") else a)
+        elif family == "llama":
+            kind = K_TYPES[name.split(".")[-2] if name.count(".") > 1 else name.split(".")[0]]
+            blocks = raw_blocks(kind, *a.shape, seed=len(hf)) if kind.endswith("K") else \
+                quants.quantize(a, GGMLQuantizationType[kind])
+            w.add_tensor(name, blocks, raw_dtype=GGMLQuantizationType[kind])
         else:
             kind = GGMLQuantizationType.Q8_0 if "embed" in hf or "lm_head" in hf else GGMLQuantizationType.Q4_0
             w.add_tensor(name, quants.quantize(a, kind), raw_dtype=kind)
@@ -292,4 +369,30 @@ def test_gguf_files_of_gemma_and_phi3_decode_on_their_own_blocks(tmp_path, famil
         for dec in (Decoder(target, OracleDrafter(target, 5, seed=seed), method="ddtree", budget=8),
                     Decoder(target, RandomDrafter(V, 4, seed=seed), method="ddtree", budget=12),
                     Decoder(target, OracleDrafter(target, 5, seed=seed), method="caddtree", cost_model=cost)):
+            assert dec.generate(p, 24).tokens == plain, dec.method
+
+
+@needs_kernel
+def test_a_gguf_of_k_and_5_bit_types_decodes_on_its_blocks(tmp_path):
+    """A Llama GGUF in Q4_K, Q5_K, Q6_K, Q5_0, Q5_1 (with Q4_0 and Q8_0 beside them in the fused q/k/v and gate/up, as
+    llama.cpp's mixes store them): every linear goes onto the file's blocks, repacked and checked at load against the
+    fp32 weights transformers built, the C++ layer loop runs them, and greedy ar / ddtree / caddtree give the tokens of
+    plain decoding of the fp32 model loaded from the same file."""
+    path = write_tiny_gguf(tmp_path, "llama")
+    load = lambda: AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name,  # noqa: E731
+                                                        dtype=torch.float32).eval()
+    model, fp32 = load(), load()
+    counts = use_gguf_blocks(model, path)
+    assert counts == {"Q4_K": 2, "Q5_0": 2, "Q8_0": 2, "Q6_K": 3, "Q5_K": 2, "Q4_0": 2, "Q5_1": 2}, counts
+    target = Target(model=model, tokenizer=None, name="llama", fingerprint="llama", packed=True, weights="native",
+                    lean=LeanForward(model))
+    assert target.exactness == "guaranteed" and target.lean.native is not None
+    reference = Target(model=fp32, tokenizer=None, name="fp32", fingerprint="fp32")
+    cost = fit_cost_model(TOY_COSTS, {"target_fingerprint": "llama"})
+    for seed in (0, 1):
+        p = torch.randint(2, 256, (12,), generator=torch.Generator().manual_seed(seed))
+        plain = Decoder(target).generate(p, 24).tokens
+        assert plain == reference_greedy(reference, p, 24) and len(set(plain)) > 3  # a model, not NaN's argmax
+        for dec in (Decoder(target, OracleDrafter(target, 5, seed=seed), method="ddtree", budget=8),
+                    Decoder(target, RandomDrafter(256, 4, seed=seed), method="caddtree", cost_model=cost)):
             assert dec.generate(p, 24).tokens == plain, dec.method
