@@ -7,9 +7,9 @@ tensor processor applies on load (Llama's Q/K head permutation) is applied to th
 weights along K, so permuting output rows moves whole rows of blocks. Every replaced weight is checked at load: the
 blocks, dequantized as the kernel reads them, must equal the fp32 Parameter transformers built from the same file,
 bit for bit, so native and fp32 weights are the same model (only the summation order of the linears differs).
-The 5- and 6-bit types and Q4_K are repacked once at load into a layout the kernel reads (`kernel_blocks`): their
+Q4_K, Q5_0, Q5_1, Q5_K and Q6_K are repacked once at load into a layout the kernel reads (`kernel_blocks`): their
 weights are d·q + m per 16 or 32 weights with d·q exact in fp32 (d a fp16 scale times a small integer scale, q at
-most 6 bits), so fp32 d, m and one FMA per weight give gguf-py's values exactly. Tensors of other block types (Q2_K,
+most 6 bits), so fp32 d, m and one FMA (or the exact product) per weight give gguf-py's values exactly. Tensors of other block types (Q2_K,
 Q3_K, the IQ types) keep the fp32 path (one notice line).
 """
 from __future__ import annotations
@@ -74,6 +74,14 @@ def _q4_1s(d: np.ndarray, m: np.ndarray, q: np.ndarray) -> np.ndarray:
     return np.concatenate([head, (q[:, :16] | (q[:, 16:] << 4)).astype(np.uint8)], 1)
 
 
+def _q5s(d: np.ndarray, m: np.ndarray | None, q: np.ndarray) -> np.ndarray:
+    """d [n] fp32, m [n] or None, q [n, 32] in 0..31 -> [n, 28] Q5_1S blocks (w = fma(q, d, m)) or, without m, [n, 24]
+    Q5_0S (w = d·(q - 16)): the low nibbles as Q4_1S holds them, then a little-endian uint32 of the high bits."""
+    head = np.stack([d] if m is None else [d, m], -1).astype(np.float32).view(np.uint8)
+    high = np.packbits((q >> 4).astype(np.uint8), axis=1, bitorder="little")  # [n, 4]: bit j = element j's
+    return np.concatenate([head, ((q[:, :16] & 15) | ((q[:, 16:] & 15) << 4)).astype(np.uint8), high], 1)
+
+
 def _q8s(d: np.ndarray, m: np.ndarray, q: np.ndarray) -> np.ndarray:
     """d, m [n, 2] fp32 (elements 0..15, 16..31) and q [n, 32] int8 -> [n, 48] Q8S blocks (w = fma(q, d, m))."""
     head = np.concatenate([d, m], -1).astype(np.float32).view(np.uint8)
@@ -81,14 +89,14 @@ def _q8s(d: np.ndarray, m: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def kernel_blocks(blocks: torch.Tensor, kind: str, k: int) -> tuple[torch.Tensor, int]:
-    """blocks [N, row bytes] uint8 of a REPACKED_TYPES tensor as stored -> (rows [N, K/32 · 24 or 48] in the kernel's
-    layout, its type): Q4_K -> Q4_1S (d·sc, -dmin·min, nibbles); Q5_0, Q5_1, Q5_K, Q6_K -> Q8S. The unpacking
-    follows gguf-py's dequantize step for step; M = -0.0 where a type has no offset, so fma(q, d, -0.0) = d·q to the
-    sign of zero. `use_gguf_blocks` checks every converted tensor against transformers' weights bit for bit."""
+    """blocks [N, row bytes] uint8 of a REPACKED_TYPES tensor as stored -> (rows [N, K/32 · bytes] in the kernel's
+    layout, its type): Q4_K -> Q4_1S (d·sc, -dmin·min, nibbles), Q5_0 -> Q5_0S, Q5_1 -> Q5_1S, Q5_K -> Q5_1S (d·sc,
+    -dmin·min), Q6_K -> Q8S (d·sc per 16 weights, q - 32, m = -0.0 so that fma(q, d, -0.0) = d·q to the sign of
+    zero). The unpacking follows gguf-py's dequantize step for step; `use_gguf_blocks` checks every converted tensor
+    against transformers' weights bit for bit."""
     size, nbytes = GGML_QUANT_SIZES[GGMLQuantizationType[kind]]
     n = blocks.shape[0] * k // size
     b = blocks.numpy().reshape(n, nbytes)
-    neg0 = np.full((n * size // 32, 2), -0.0, dtype=np.float32)
     if kind == "Q4_K":
         d, dm = _k_scales(b)
         return torch.from_numpy(_q4_1s(d.reshape(-1), -dm.reshape(-1), _nibbles(b[:, 16:], 32).reshape(-1, 32))
@@ -96,25 +104,22 @@ def kernel_blocks(blocks: torch.Tensor, kind: str, k: int) -> tuple[torch.Tensor
     if kind in ("Q5_0", "Q5_1"):  # d (fp16), [m (fp16)], 32 high bits, 16 bytes of nibbles
         at = 2 if kind == "Q5_0" else 4
         high = (np.ascontiguousarray(b[:, at:at + 4]).view(np.uint32) >> np.arange(32, dtype=np.uint32)) & 1
-        q = (_nibbles(b[:, at + 4:], 16) | (high.astype(np.uint8) << 4)).astype(np.int8)
-        d = np.repeat(_f16(b, 0), 2, 1)
-        if kind == "Q5_0":
-            q, m = q - np.int8(16), neg0
-        else:
-            m = np.repeat(_f16(b, 2), 2, 1)
-    elif kind == "Q5_K":  # d, dmin, 12 B of scales, 32 B of high bits, 128 B of nibbles
-        d, dm = (np.repeat(x.reshape(-1, 1), 2, 1) for x in _k_scales(b))
+        q = _nibbles(b[:, at + 4:], 16) | (high.astype(np.uint8) << 4)  # [n, 32] in 0..31
+        rows = _q5s(_f16(b, 0)[:, 0], None if kind == "Q5_0" else _f16(b, 2)[:, 0], q)
+        return torch.from_numpy(rows.reshape(blocks.shape[0], -1)), 106 if kind == "Q5_0" else 107
+    if kind == "Q5_K":  # d, dmin, 12 B of scales, 32 B of high bits, 128 B of nibbles
+        d, dm = _k_scales(b)
         high = (b[:, 16:48].reshape(n, 1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 1, 8, 1)) & 1
-        q, m = (_nibbles(b[:, 48:], 32) | (high.reshape(n, -1) << 4)).astype(np.int8), -dm
-    elif kind == "Q6_K":  # 128 B of low nibbles, 64 B of 2-bit highs, 16 int8 scales, d
+        q = (_nibbles(b[:, 48:], 32) | (high.reshape(n, -1) << 4)).reshape(-1, 32)
+        return torch.from_numpy(_q5s(d.reshape(-1), -dm.reshape(-1), q).reshape(blocks.shape[0], -1)), 107
+    if kind == "Q6_K":  # 128 B of low nibbles, 64 B of 2-bit highs, 16 int8 scales, d
         low = _nibbles(b[:, :128], 64)
         high = (b[:, 128:192].reshape(n, -1, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)) & 3
         q = (low | (high.reshape(n, -1) << 4)).astype(np.int8) - np.int8(32)
-        d, m = (_f16(b, 208) * b[:, 192:208].view(np.int8).astype(np.float32)).reshape(-1, 2), neg0
-    else:
-        raise ValueError(f"{kind} is not one of {sorted(REPACKED_TYPES)}")
-    rows = _q8s(d.reshape(-1, 2), m.reshape(-1, 2), q.reshape(-1, 32))
-    return torch.from_numpy(rows.reshape(blocks.shape[0], -1)), 108
+        d = (_f16(b, 208) * b[:, 192:208].view(np.int8).astype(np.float32)).reshape(-1, 2)  # per 16 weights
+        rows = _q8s(d, np.full_like(d, -0.0), q.reshape(-1, 32))
+        return torch.from_numpy(rows.reshape(blocks.shape[0], -1)), 108
+    raise ValueError(f"{kind} is not one of {sorted(REPACKED_TYPES)}")
 
 
 def _linear_targets(model: nn.Module) -> dict[str, list[tuple[nn.Module, str, nn.Module]]]:

@@ -239,37 +239,40 @@ def cat_biases(parts: list[nn.Module]) -> torch.Tensor | None:
 # ------------------------------------------------------------------------------------------- GGUF blocks as stored
 GGML_TYPES = {"F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "BF16": 30}  # what quant_linear.cpp reads: name -> id
 # GGUF types read once repacked at load into a kernel layout, exactly (`gguf_weights.kernel_blocks`): Q4_K -> Q4_1S,
-# the 5/6-bit ones -> Q8S (108: fp32 d, m per 16 weights, int8 q)
+# Q5_0 -> Q5_0S, Q5_1 and Q5_K -> Q5_1S, Q6_K -> Q8S (quant_linear.cpp describes the layouts)
 REPACKED_TYPES = {"Q5_0": 6, "Q5_1": 7, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
-BLOCK_BYTES = {1: 64, 2: 18, 3: 20, 8: 34, 30: 64, 102: 20, 103: 24, 108: 48}  # per 32 weights; 102/103: Q4_0/1, fp32
+# bytes per 32 weights; 102/103: Q4_0/Q4_1 with fp32 scales, 106/107: Q5_0S/Q5_1S, 108: Q8S
+BLOCK_BYTES = {1: 64, 2: 18, 3: 20, 8: 34, 30: 64, 102: 20, 103: 24, 106: 24, 107: 28, 108: 48}
 HALF_TYPES = {torch.float16: 1, torch.bfloat16: 30}  # a half-precision model's weight rows are blocks of these types
 HALF_DTYPES = {t: d for d, t in HALF_TYPES.items()}  # and back: F16/BF16 rows viewed as the weight
 KERNEL_DTYPES = (torch.float32, *HALF_TYPES)  # activations QuantLinear and row_attention take (fp16/bf16 widened)
 
 
 def to_q8s(rows: torch.Tensor, kernel_type: int) -> torch.Tensor:
-    """Q4_0S / Q4_1S / Q8_0 / Q8S rows [N, K/32 · bytes] -> the same weights as Q8S rows [N, K/32 · 48]: d, m widened
-    (Q8_0's fp16 d exactly), nibbles as int8 (Q4_0's q - 8), m = -0.0 where a type has none, so fma(q, d, m) gives each
-    type's own value (d·q + m rounded once, or the exact product d·q) bit for bit."""
+    """Q4_0S / Q4_1S / Q5_0S / Q5_1S / Q8_0 / Q8S rows [N, K/32 · bytes] -> the same weights as Q8S rows [N, K/32 ·
+    48]: d, m widened (Q8_0's fp16 d exactly), q as int8 (Q4_0's q - 8, Q5_0's q - 16), m = -0.0 where a type has
+    none, so fma(q, d, m) gives each type's own value (d·q + m rounded once, or the exact product d·q) bit for bit."""
     if kernel_type == 108:
         return rows
     b = rows.numpy().reshape(-1, BLOCK_BYTES[kernel_type])  # [blocks, bytes]
     m = np.full((b.shape[0], 1), -0.0, dtype=np.float32)
     if kernel_type == 8:
         d, q = np.ascontiguousarray(b[:, :2]).view(np.float16).astype(np.float32), b[:, 2:].view(np.int8)
-    else:  # 102 (d, nibbles), 103 (d, m, nibbles): element j < 16 the low nibble of byte j, j + 16 its high one
-        at = 4 if kernel_type == 102 else 8
+    else:  # d, [m], nibbles (element j < 16 the low nibble of byte j, j + 16 its high one), [32 high bits]
+        at = 4 if kernel_type in (102, 106) else 8
         d = np.ascontiguousarray(b[:, :4]).view(np.float32)
-        if kernel_type == 103:
+        if kernel_type in (103, 107):
             m = np.ascontiguousarray(b[:, 4:8]).view(np.float32)
-        q = np.concatenate([b[:, at:] & 0x0F, b[:, at:] >> 4], 1).astype(np.int8) - np.int8(8 if kernel_type == 102
-                                                                                          else 0)
+        q = np.concatenate([b[:, at:at + 16] & 0x0F, b[:, at:at + 16] >> 4], 1)
+        if kernel_type in (106, 107):
+            q = q | (np.unpackbits(b[:, at + 16:], axis=1, bitorder="little") << 4)
+        q = q.astype(np.int8) - np.int8({102: 8, 106: 16}.get(kernel_type, 0))
     head = np.concatenate([d, d, m, m], 1).astype(np.float32).view(np.uint8)
     out = np.concatenate([head, q.astype(np.int8).view(np.uint8)], 1)
     return torch.from_numpy(out.reshape(rows.shape[0], -1))
 
 
-TO_Q8S = (8, 102, 103, 108)  # the kernel layouts `to_q8s` rewrites
+TO_Q8S = (8, 102, 103, 106, 107, 108)  # the kernel layouts `to_q8s` rewrites
 
 
 def quant_row_group() -> int:

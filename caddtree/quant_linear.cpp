@@ -36,10 +36,14 @@ namespace {
 // ahead of its nibbles (Q4_0S: d, 16 B = 20 bytes; Q4_1S: d, m, 16 B = 24 bytes). Why: building a block's table from
 // fp16 scales (a load, a conversion, two broadcasts) cost as many instructions as the rest of a plain step's block;
 // from fp32 in memory the broadcasts are plain loads. The values, hence every result, are the same.
-// Q8S (48 bytes: fp32 d_lo, d_hi, m_lo, m_hi, then int8 q[32]; w = fma(q, d, m), elements 0..15 with the _lo pair,
-// 16..31 with _hi) is what the 5- and 6-bit GGUF types (Q5_0, Q5_1, Q5_K, Q6_K) become at load
-// (caddtree/gguf_weights.py): their weights are d·q + m with d·q exact in fp32, so one FMA gives gguf-py's values.
-enum Type : int64_t { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, BF16 = 30, Q4_0S = 102, Q4_1S = 103, Q8S = 108 };
+// The layouts the other GGUF types become at load (caddtree/gguf_weights.py), whose weights are d·q + m with d·q
+// exact in fp32: Q5_0S (24 bytes: fp32 d, the low nibbles as Q4_0's, a uint32 of the 32 high bits; w = d·(q - 16))
+// and Q5_1S (28: d, m, then the same; w = fma(q, d, m)) for Q5_0, Q5_1 and Q5_K, looked up in a 32-entry table;
+// Q8S (48: fp32 d_lo, d_hi, m_lo, m_hi, int8 q[32]; w = fma(q, d, m), elements 0..15 with the _lo pair) for Q6_K
+// and for fused projections whose parts differ in type.
+enum Type : int64_t {
+  F16 = 1, Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, BF16 = 30, Q4_0S = 102, Q4_1S = 103, Q5_0S = 106, Q5_1S = 107, Q8S = 108
+};
 constexpr int64_t QK = 32;                                        // weights per block
 
 constexpr int64_t block_bytes(int64_t type) {
@@ -51,6 +55,8 @@ constexpr int64_t block_bytes(int64_t type) {
     case Q8_0: return 34;
     case Q4_0S: return 20;
     case Q4_1S: return 24;
+    case Q5_0S: return 24;
+    case Q5_1S: return 28;
     case Q8S: return 48;
     default: return -1;
   }
@@ -105,7 +111,13 @@ inline float f32(const uint8_t* p) {
 // the 4-bit layouts, said once for every ISA below: which ones, whether w = d·q + m (else d·(q - 8)), where the
 // nibbles start, and the block's scales d and m as fp32
 constexpr bool is_q4(int64_t type) { return type == Q4_0 || type == Q4_1 || type == Q4_0S || type == Q4_1S; }
-constexpr bool has_min(int64_t type) { return type == Q4_1 || type == Q4_1S; }
+constexpr bool has_min(int64_t type) { return type == Q4_1 || type == Q4_1S || type == Q5_1S; }
+constexpr bool is_q5(int64_t type) { return type == Q5_0S || type == Q5_1S; }
+inline uint32_t u32(const uint8_t* p) {
+  uint32_t u;
+  std::memcpy(&u, p, 4);
+  return u;
+}
 constexpr int64_t nibble_offset(int64_t type) { return type == Q4_0 ? 2 : type == Q4_1S ? 8 : 4; }
 template <int64_t type>
 inline float q4_d(const uint8_t* b) { return type == Q4_0S || type == Q4_1S ? f32(b) : fp16(b); }
@@ -139,6 +151,25 @@ inline void dequant_regs(const uint8_t* b, __m512& lo, __m512& hi) {
     const __m128i* q = reinterpret_cast<const __m128i*>(b + 2);
     lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q))), D);
     hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1))), D);
+  } else if constexpr (is_q5(type)) {  // 32 values: two tables, one 2-source permute (its index's bits 0..4) each
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 D = _mm512_set1_ps(f32(b)), sixteen = _mm512_set1_ps(16.0f);
+    constexpr int64_t at = has_min(type) ? 8 : 4;
+    __m512 t0, t1;
+    if constexpr (has_min(type)) {
+      const __m512 M = _mm512_set1_ps(f32(b + 4));
+      t0 = _mm512_fmadd_ps(iota, D, M);
+      t1 = _mm512_fmadd_ps(_mm512_add_ps(iota, sixteen), D, M);
+    } else {  // d·(q - 16), exact
+      t0 = _mm512_mul_ps(_mm512_sub_ps(iota, sixteen), D);
+      t1 = _mm512_mul_ps(iota, D);
+    }
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + at)));
+    const uint32_t h = u32(b + at + 16);
+    const __m512i i16 = _mm512_set1_epi32(16), il = _mm512_and_si512(v, _mm512_set1_epi32(15)),
+                  ih = _mm512_srli_epi32(v, 4);
+    lo = _mm512_permutex2var_ps(t0, _mm512_mask_or_epi32(il, __mmask16(h), il, i16), t1);
+    hi = _mm512_permutex2var_ps(t0, _mm512_mask_or_epi32(ih, __mmask16(h >> 16), ih, i16), t1);
   } else if constexpr (type == Q8S) {
     const __m128i* q = reinterpret_cast<const __m128i*>(b + 16);
     lo = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q))), _mm512_set1_ps(f32(b)),
@@ -189,6 +220,28 @@ inline void dequant_block(const uint8_t* b, float* out) {
       const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * h)));
       _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(_mm256_cvtepi32_ps(v), D));
     }
+  } else if constexpr (is_q5(type)) {
+    const __m256 D = _mm256_set1_ps(f32(b)), M = _mm256_set1_ps(has_min(type) ? f32(b + 4) : 0.0f),
+                 sixteen = _mm256_set1_ps(16.0f);
+    const uint8_t* qs = b + (has_min(type) ? 8 : 4);
+    const __m256i bits = _mm256_set1_epi32(int(u32(qs + 16))), one = _mm256_set1_epi32(1);
+    for (int h = 0; h < 2; ++h) {  // bytes 8h .. 8h+7 -> elements 8h.. and 16+8h.., each with its high bit
+      const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * h)));
+      const __m256i j = _mm256_setr_epi32(8 * h, 8 * h + 1, 8 * h + 2, 8 * h + 3, 8 * h + 4, 8 * h + 5, 8 * h + 6,
+                                          8 * h + 7);
+      const __m256i hl = _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(bits, j), one), 4);
+      const __m256i hh = _mm256_slli_epi32(
+          _mm256_and_si256(_mm256_srlv_epi32(bits, _mm256_add_epi32(j, _mm256_set1_epi32(16))), one), 4);
+      const __m256 lo = _mm256_cvtepi32_ps(_mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xF)), hl));
+      const __m256 hi = _mm256_cvtepi32_ps(_mm256_or_si256(_mm256_srli_epi32(v, 4), hh));
+      if constexpr (has_min(type)) {
+        _mm256_storeu_ps(out + 8 * h, _mm256_fmadd_ps(lo, D, M));
+        _mm256_storeu_ps(out + 16 + 8 * h, _mm256_fmadd_ps(hi, D, M));
+      } else {
+        _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(_mm256_sub_ps(lo, sixteen), D));
+        _mm256_storeu_ps(out + 16 + 8 * h, _mm256_mul_ps(_mm256_sub_ps(hi, sixteen), D));
+      }
+    }
   } else if constexpr (type == Q8S) {
     for (int h = 0; h < 4; ++h) {  // elements 8h..8h+7: the _lo scales for h < 2, the _hi ones after
       const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 16 + 8 * h)));
@@ -220,6 +273,15 @@ inline void dequant_block(const uint8_t* b, float* out) {
   } else if constexpr (type == Q8_0) {
     const float d = half_to_float(b);
     for (int j = 0; j < 32; ++j) out[j] = float(int8_t(b[2 + j])) * d;
+  } else if constexpr (is_q5(type)) {
+    const float d = f32(b), m = has_min(type) ? f32(b + 4) : 0.0f;
+    const uint8_t* qs = b + (has_min(type) ? 8 : 4);
+    const uint32_t h = u32(qs + 16);
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (qs[j] & 0xF) | int((h >> j) & 1) << 4, hi = (qs[j] >> 4) | int((h >> (j + 16)) & 1) << 4;
+      out[j] = has_min(type) ? std::fma(float(lo), d, m) : float(lo - 16) * d;
+      out[j + 16] = has_min(type) ? std::fma(float(hi), d, m) : float(hi - 16) * d;
+    }
   } else if constexpr (type == Q8S) {
     for (int j = 0; j < 32; ++j)
       out[j] = std::fma(float(int8_t(b[16 + j])), f32(b + 4 * (j / 16)), f32(b + 8 + 4 * (j / 16)));
@@ -271,6 +333,8 @@ inline void dequant_row(int64_t type, const uint8_t* row, int64_t nb, int64_t ah
     case Q8_0: dequant_blocks<Q8_0>(row, nb, ahead, out); break;
     case Q4_0S: dequant_blocks<Q4_0S>(row, nb, ahead, out); break;
     case Q4_1S: dequant_blocks<Q4_1S>(row, nb, ahead, out); break;
+    case Q5_0S: dequant_blocks<Q5_0S>(row, nb, ahead, out); break;
+    case Q5_1S: dequant_blocks<Q5_1S>(row, nb, ahead, out); break;
     case Q8S: dequant_blocks<Q8S>(row, nb, ahead, out); break;
     case BF16: dequant_blocks<BF16>(row, nb, ahead, out); break;
     default: dequant_blocks<F16>(row, nb, ahead, out); break;
@@ -437,7 +501,7 @@ void fused_linear(const float* x, int64_t M, int64_t K, const uint8_t* bp, float
 torch::Tensor quant_linear(torch::Tensor x, torch::Tensor blocks, int64_t type) {
   const int64_t bb = block_bytes(type);
   TORCH_CHECK(bb > 0, "quant_linear: unsupported type ", type, " (F16=1, Q4_0=2, Q4_1=3, Q8_0=8, BF16=30, Q4_0S=102, "
-              "Q4_1S=103, Q8S=108)");
+              "Q4_1S=103, Q5_0S=106, Q5_1S=107, Q8S=108)");
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat, "x: [M, K] contiguous fp32");
   const int64_t M = x.size(0), K = x.size(1), N = blocks.size(0), nb = K / QK;
   TORCH_CHECK(K % QK == 0 && blocks.dim() == 2 && blocks.is_contiguous() && blocks.scalar_type() == torch::kUInt8 &&
@@ -454,6 +518,8 @@ torch::Tensor quant_linear(torch::Tensor x, torch::Tensor blocks, int64_t type) 
       case Q4_1: fused_linear<Q4_1>(xp, M, K, bp, yp, N); break;
       case Q4_0S: fused_linear<Q4_0S>(xp, M, K, bp, yp, N); break;
       case Q4_1S: fused_linear<Q4_1S>(xp, M, K, bp, yp, N); break;
+      case Q5_0S: fused_linear<Q5_0S>(xp, M, K, bp, yp, N); break;
+      case Q5_1S: fused_linear<Q5_1S>(xp, M, K, bp, yp, N); break;
       case Q8S: fused_linear<Q8S>(xp, M, K, bp, yp, N); break;
       case Q8_0: fused_linear<Q8_0>(xp, M, K, bp, yp, N); break;
       case BF16: fused_linear<BF16>(xp, M, K, bp, yp, N); break;

@@ -116,8 +116,8 @@ def repacked(kind: str, n: int, k: int, seed: int = 0):
 @needs_kernel
 @pytest.mark.parametrize("kind", list(REPACKED_TYPES))
 def test_repacked_types_are_gguf_values_bit_for_bit_and_batch_invariant(kind):
-    """Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, repacked at load (Q4_K as Q4_1S, the others as Q8S): every weight is gguf-py's
-    value to the bit (signed zeros included), a linear on them matches F.linear on those values, and each row's result
+    """Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, repacked at load (as Q5_0S, Q5_1S, Q4_1S, Q5_1S, Q8S): every weight is
+    gguf-py's value to the bit (signed zeros included), a linear on them matches F.linear on those values, and each row's result
     is that row's alone, on 1 and 2 threads."""
     lin, w = repacked(kind, 40, 512)
     got = lin.dequantized()
@@ -130,13 +130,15 @@ def test_repacked_types_are_gguf_values_bit_for_bit_and_batch_invariant(kind):
 
 @needs_kernel
 def test_mixed_block_types_fuse_as_q8s_bit_for_bit():
-    """q/k/v stored in different types (a file's usual mix): `cat_rows` rewrites Q4_0S, Q4_1S and Q8_0 parts as Q8S
-    (`to_q8s`) so the fused call stays one kernel call, and every output equals its part's own, bit for bit."""
+    """q/k/v stored in different types (a file's usual mix): `cat_rows` rewrites Q4_0S, Q4_1S, Q5_0S, Q5_1S and Q8_0
+    parts as Q8S (`to_q8s`) so the fused call stays one kernel call, and every output equals its part's own, bit for
+    bit."""
     k = 256
     parts = [QuantLinear(random_blocks(kind, n, k, seed=n)[0], GGML_TYPES[kind], k, torch.randn(n) if n != 16 else None)
-             for kind, n in (("Q4_1", 32), ("Q4_0", 16), ("Q8_0", 24))] + [repacked("Q6_K", 8, k)[0]]
+             for kind, n in (("Q4_1", 32), ("Q4_0", 16), ("Q8_0", 24))] + \
+        [repacked(kind, 8, k, seed=i)[0] for i, kind in enumerate(("Q6_K", "Q5_0", "Q5_1"))]
     fused = fuse_linears(parts)
-    assert type(fused) is QuantLinear and fused.kernel_type == 108 and fused.out_features == 80
+    assert type(fused) is QuantLinear and fused.kernel_type == 108 and fused.out_features == 96
     for p in parts:
         assert torch.equal(kernels._library().quant_dequantize(to_q8s(p.rows, p.kernel_type), 108, k),
                            p.dequantized())
@@ -174,11 +176,11 @@ def test_other_builds_agree_and_are_batch_invariant(isa, tmp_path):
         _check_invariance(mod.quant_linear, blocks, kind, 64, threads=(2,))
         rows, t = mod.quant_repack(blocks, GGML_TYPES[kind], 64)  # the layout QuantLinear runs: the same bits
         assert torch.equal(mod.quant_linear(x, rows, t), mod.quant_linear(x, blocks, GGML_TYPES[kind]))
-    for kind in ("Q5_1", "Q6_K"):  # Q8S, the 5- and 6-bit types' layout
+    for kind in ("Q5_0", "Q5_1", "Q6_K"):  # the layouts Q5_0S, Q5_1S, Q8S
         lin, w = repacked(kind, 45, 256, seed=3)
         x = torch.randn(9, 256)
-        torch.testing.assert_close(mod.quant_linear(x, lin.rows, 108), x @ w.T, rtol=1e-5, atol=1e-4)
-        _check_invariance(mod.quant_linear, lin.rows, kind, 256, threads=(2,), t=108)
+        torch.testing.assert_close(mod.quant_linear(x, lin.rows, lin.kernel_type), x @ w.T, rtol=1e-5, atol=1e-4)
+        _check_invariance(mod.quant_linear, lin.rows, kind, 256, threads=(2,), t=lin.kernel_type)
 
 
 @needs_kernel
