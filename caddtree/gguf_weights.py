@@ -1,6 +1,6 @@
 """Native GGUF weights: the linears of a model loaded from a GGUF file run on the file's own blocks (`QuantLinear`),
-so a decoding step reads the 4/8-bit weights as stored instead of their fp32 expansion (SmolLM2-135M Q4_1: 96.6 MB
-instead of 538 MB per forward).
+so a decoding step reads the 4-8-bit weights instead of their fp32 expansion (SmolLM2-135M Q4_1: 96.6 MB instead of
+538 MB per forward).
 
 Which GGUF tensor feeds which module is transformers' own map (`get_gguf_hf_weights_map`), and the row order its
 tensor processor applies on load (Llama's Q/K head permutation) is applied to the block rows: a block holds 32

@@ -34,9 +34,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "'dflash' (the shipped DFlash drafter for the target), a DFlash drafter directory, "
                         "or either + '+lookup' (prompt lookup mixed into its marginals, e.g. dflash+lookup)")
     p.add_argument("--weights", default="auto", choices=WEIGHTS,
-                   help="native: a GGUF target's linears read the file's 4/8-bit blocks as stored (exact, fewer bytes "
-                        "per step); fp32: its dequantised fp32 weights (default auto: native for a GGUF target on "
-                        "CPU)")
+                   help="native: a GGUF target's linears read the file's 4-8-bit blocks (Q4_0/1, Q5_0/1, Q8_0, "
+                        "Q4_K, Q5_K, Q6_K, F16, BF16; exact, fewer bytes per step); fp32: its dequantised fp32 "
+                        "weights (default auto: native for a GGUF target on CPU)")
     p.add_argument("--dtype", default="float32", choices=list(DTYPES),
                    help="the target's compute dtype (default float32). On CPU, Llama-shaped models are exact in each: "
                         "linears and attention compute each row alone (bf16/fp16 weights read in place, sums in "
