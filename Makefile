@@ -22,7 +22,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -rs
 
-# planted bugs in the pure core and the round, each against the fast tests (~20 min on 2 cores)
+# planted bugs in the pure core, the round and the GGUF repack, each against its tests (~25 min on 2 cores)
 mutants: $(STAMP)
 	$(BIN)/python scripts/mutants.py
 

@@ -1,6 +1,7 @@
 """Planted bugs: does the test suite catch each one? A fixed list (`mutants.json`) of small, realistic mistakes in
-the pure core (accept, tree, budget, costmodel) and the engine's round (engine, verify), each applied to a scratch
-copy of the package, then the fast tests run against that copy (stopping at the first failure). A mutant the tests pass
+the pure core (accept, tree, budget, costmodel), the engine's round (engine, verify) and the GGUF blocks' repacking
+(gguf_weights, kernels), each applied to a scratch copy of the package, then the fast tests (or the mutant's own
+"tests" list) run against that copy (stopping at the first failure). A mutant the tests pass
 "survives": a behaviour nothing guards.
 
 Usage (repository root, venv active): python scripts/mutants.py [-j JOBS] [NAME ...]   (`make mutants`)
@@ -22,8 +23,8 @@ TESTS = ["tests/test_accept.py", "tests/test_tree.py", "tests/test_budget.py", "
          "tests/test_round.py", "tests/test_sampling.py", "tests/test_engine.py", "tests/test_drafter.py",
          "tests/test_target.py"]
 
-# name -> (file, text, replacement), from mutants.json; each text occurs exactly once in its file
-MUTANTS = {m["name"]: (m["file"], m["text"], m["new"])
+# name -> (file, text, replacement, tests), from mutants.json; each text occurs exactly once in its file
+MUTANTS = {m["name"]: (m["file"], m["text"], m["new"], m.get("tests", TESTS))
            for m in json.loads((Path(__file__).with_name("mutants.json")).read_text())}
 
 
@@ -55,8 +56,9 @@ def scratch_copy(name: str, file: str, text: str, new: str) -> Path:
 
 def run_mutant(name: str) -> tuple[str, bool, float, str]:
     """-> (name, caught, seconds, the first failing test or '')."""
-    tmp = scratch_copy(name, *MUTANTS[name])
-    tests = [t for t in TESTS if (tmp / t).is_file()]
+    file, text, new, tests = MUTANTS[name]
+    tmp = scratch_copy(name, file, text, new)
+    tests = [t for t in tests if (tmp / t).is_file()]
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
                           cwd=tmp, env=copy_env(tmp), capture_output=True, text=True)
