@@ -9,8 +9,8 @@ blocks, dequantized as the kernel reads them, must equal the fp32 Parameter tran
 bit for bit, so native and fp32 weights are the same model (only the summation order of the linears differs).
 Q4_K, Q5_0, Q5_1, Q5_K and Q6_K are repacked once at load into a layout the kernel reads (`kernel_blocks`): their
 weights are d·q + m per 16 or 32 weights with d·q exact in fp32 (d a fp16 scale times a small integer scale, q at
-most 6 bits), so fp32 d, m and one FMA (or the exact product) per weight give gguf-py's values exactly. Tensors of other block types (Q2_K,
-Q3_K, the IQ types) keep the fp32 path (one notice line).
+most 6 bits), so fp32 d, m and one FMA (or the exact product) per weight give gguf-py's values exactly. Tensors of
+other block types (Q2_K, Q3_K, the IQ types) keep the fp32 path (one notice line).
 """
 from __future__ import annotations
 

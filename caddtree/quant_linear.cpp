@@ -108,8 +108,8 @@ inline float f32(const uint8_t* p) {
   return f;
 }
 
-// the 4-bit layouts, said once for every ISA below: which ones, whether w = d·q + m (else d·(q - 8)), where the
-// nibbles start, and the block's scales d and m as fp32
+// the 4- and 5-bit layouts, said once for every ISA below: which ones, whether w = d·q + m (else d·(q - 8) or
+// d·(q - 16)), where the nibbles start (the 5-bit types' high bits follow them), and the block's scales d and m as fp32
 constexpr bool is_q4(int64_t type) { return type == Q4_0 || type == Q4_1 || type == Q4_0S || type == Q4_1S; }
 constexpr bool has_min(int64_t type) { return type == Q4_1 || type == Q4_1S || type == Q5_1S; }
 constexpr bool is_q5(int64_t type) { return type == Q5_0S || type == Q5_1S; }
@@ -118,11 +118,11 @@ inline uint32_t u32(const uint8_t* p) {
   std::memcpy(&u, p, 4);
   return u;
 }
-constexpr int64_t nibble_offset(int64_t type) { return type == Q4_0 ? 2 : type == Q4_1S ? 8 : 4; }
+constexpr int64_t nibble_offset(int64_t type) { return type == Q4_0 ? 2 : type == Q4_1S || type == Q5_1S ? 8 : 4; }
 template <int64_t type>
-inline float q4_d(const uint8_t* b) { return type == Q4_0S || type == Q4_1S ? f32(b) : fp16(b); }
+inline float q4_d(const uint8_t* b) { return type == Q4_0 || type == Q4_1 ? fp16(b) : f32(b); }
 template <int64_t type>
-inline float q4_m(const uint8_t* b) { return type == Q4_1S ? f32(b + 4) : fp16(b + 2); }
+inline float q4_m(const uint8_t* b) { return type == Q4_1 ? fp16(b + 2) : f32(b + 4); }
 
 // ---------------------------------------------------------------------------------------- dequantize one block
 // out[0:32] = the block's 32 weights in fp32
@@ -153,11 +153,11 @@ inline void dequant_regs(const uint8_t* b, __m512& lo, __m512& hi) {
     hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1))), D);
   } else if constexpr (is_q5(type)) {  // 32 values: two tables, one 2-source permute (its index's bits 0..4) each
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512 D = _mm512_set1_ps(f32(b)), sixteen = _mm512_set1_ps(16.0f);
-    constexpr int64_t at = has_min(type) ? 8 : 4;
+    const __m512 D = _mm512_set1_ps(q4_d<type>(b)), sixteen = _mm512_set1_ps(16.0f);
+    constexpr int64_t at = nibble_offset(type);
     __m512 t0, t1;
     if constexpr (has_min(type)) {
-      const __m512 M = _mm512_set1_ps(f32(b + 4));
+      const __m512 M = _mm512_set1_ps(q4_m<type>(b));
       t0 = _mm512_fmadd_ps(iota, D, M);
       t1 = _mm512_fmadd_ps(_mm512_add_ps(iota, sixteen), D, M);
     } else {  // d·(q - 16), exact
@@ -196,22 +196,27 @@ inline void dequant_block(const uint8_t* b, float* out) {
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 template <int64_t type>
 inline void dequant_block(const uint8_t* b, float* out) {
-  if constexpr (is_q4(type)) {
-    const float d = q4_d<type>(b);
-    const __m256 D = _mm256_set1_ps(d);
-    const __m256 M = _mm256_set1_ps(has_min(type) ? q4_m<type>(b) : -8.0f * d);
+  if constexpr (is_q4(type) || is_q5(type)) {  // q = the nibble (and, 5-bit, its high bit); w = d·q + m or d·(q - o)
+    const __m256 D = _mm256_set1_ps(q4_d<type>(b)), M = _mm256_set1_ps(has_min(type) ? q4_m<type>(b) : 0.0f);
+    const __m256 offset = _mm256_set1_ps(is_q5(type) ? 16.0f : 8.0f);
     const uint8_t* qs = b + nibble_offset(type);
-    const __m256 eight = _mm256_set1_ps(8.0f);
+    const __m256i bits = _mm256_set1_epi32(is_q5(type) ? int(u32(qs + 16)) : 0), one = _mm256_set1_epi32(1);
     for (int h = 0; h < 2; ++h) {  // bytes 8h .. 8h+7 -> elements 8h.. (low nibbles) and 16+8h.. (high nibbles)
       const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * h)));
-      const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0xF)));
-      const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+      __m256i ql = _mm256_and_si256(v, _mm256_set1_epi32(0xF)), qh = _mm256_srli_epi32(v, 4);
+      if constexpr (is_q5(type)) {  // bit 4 of elements j and j + 16 from the high bits
+        const __m256i j = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(8 * h));
+        ql = _mm256_or_si256(ql, _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(bits, j), one), 4));
+        qh = _mm256_or_si256(qh, _mm256_slli_epi32(_mm256_and_si256(
+                                     _mm256_srlv_epi32(bits, _mm256_add_epi32(j, _mm256_set1_epi32(16))), one), 4));
+      }
+      const __m256 lo = _mm256_cvtepi32_ps(ql), hi = _mm256_cvtepi32_ps(qh);
       if constexpr (has_min(type)) {
         _mm256_storeu_ps(out + 8 * h, _mm256_fmadd_ps(lo, D, M));
         _mm256_storeu_ps(out + 16 + 8 * h, _mm256_fmadd_ps(hi, D, M));
       } else {
-        _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(_mm256_sub_ps(lo, eight), D));
-        _mm256_storeu_ps(out + 16 + 8 * h, _mm256_mul_ps(_mm256_sub_ps(hi, eight), D));
+        _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(_mm256_sub_ps(lo, offset), D));
+        _mm256_storeu_ps(out + 16 + 8 * h, _mm256_mul_ps(_mm256_sub_ps(hi, offset), D));
       }
     }
   } else if constexpr (type == Q8_0) {
@@ -219,28 +224,6 @@ inline void dequant_block(const uint8_t* b, float* out) {
     for (int h = 0; h < 4; ++h) {
       const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * h)));
       _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(_mm256_cvtepi32_ps(v), D));
-    }
-  } else if constexpr (is_q5(type)) {
-    const __m256 D = _mm256_set1_ps(f32(b)), M = _mm256_set1_ps(has_min(type) ? f32(b + 4) : 0.0f),
-                 sixteen = _mm256_set1_ps(16.0f);
-    const uint8_t* qs = b + (has_min(type) ? 8 : 4);
-    const __m256i bits = _mm256_set1_epi32(int(u32(qs + 16))), one = _mm256_set1_epi32(1);
-    for (int h = 0; h < 2; ++h) {  // bytes 8h .. 8h+7 -> elements 8h.. and 16+8h.., each with its high bit
-      const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * h)));
-      const __m256i j = _mm256_setr_epi32(8 * h, 8 * h + 1, 8 * h + 2, 8 * h + 3, 8 * h + 4, 8 * h + 5, 8 * h + 6,
-                                          8 * h + 7);
-      const __m256i hl = _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(bits, j), one), 4);
-      const __m256i hh = _mm256_slli_epi32(
-          _mm256_and_si256(_mm256_srlv_epi32(bits, _mm256_add_epi32(j, _mm256_set1_epi32(16))), one), 4);
-      const __m256 lo = _mm256_cvtepi32_ps(_mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xF)), hl));
-      const __m256 hi = _mm256_cvtepi32_ps(_mm256_or_si256(_mm256_srli_epi32(v, 4), hh));
-      if constexpr (has_min(type)) {
-        _mm256_storeu_ps(out + 8 * h, _mm256_fmadd_ps(lo, D, M));
-        _mm256_storeu_ps(out + 16 + 8 * h, _mm256_fmadd_ps(hi, D, M));
-      } else {
-        _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(_mm256_sub_ps(lo, sixteen), D));
-        _mm256_storeu_ps(out + 16 + 8 * h, _mm256_mul_ps(_mm256_sub_ps(hi, sixteen), D));
-      }
     }
   } else if constexpr (type == Q8S) {
     for (int h = 0; h < 4; ++h) {  // elements 8h..8h+7: the _lo scales for h < 2, the _hi ones after
@@ -261,27 +244,20 @@ inline void dequant_block(const uint8_t* b, float* out) {
 #else
 template <int64_t type>
 inline void dequant_block(const uint8_t* b, float* out) {
-  if constexpr (is_q4(type)) {
+  if constexpr (is_q4(type) || is_q5(type)) {
     const float d = q4_d<type>(b);
     const float m = has_min(type) ? q4_m<type>(b) : 0.0f;
     const uint8_t* qs = b + nibble_offset(type);
+    const uint32_t h = is_q5(type) ? u32(qs + 16) : 0;  // bit 4 of each element (5-bit types)
+    const int offset = is_q5(type) ? 16 : 8;
     for (int j = 0; j < 16; ++j) {
-      const int lo = qs[j] & 0xF, hi = qs[j] >> 4;
-      out[j] = has_min(type) ? std::fma(float(lo), d, m) : float(lo - 8) * d;
-      out[j + 16] = has_min(type) ? std::fma(float(hi), d, m) : float(hi - 8) * d;
+      const int lo = (qs[j] & 0xF) | int((h >> j) & 1) << 4, hi = (qs[j] >> 4) | int((h >> (j + 16)) & 1) << 4;
+      out[j] = has_min(type) ? std::fma(float(lo), d, m) : float(lo - offset) * d;
+      out[j + 16] = has_min(type) ? std::fma(float(hi), d, m) : float(hi - offset) * d;
     }
   } else if constexpr (type == Q8_0) {
     const float d = half_to_float(b);
     for (int j = 0; j < 32; ++j) out[j] = float(int8_t(b[2 + j])) * d;
-  } else if constexpr (is_q5(type)) {
-    const float d = f32(b), m = has_min(type) ? f32(b + 4) : 0.0f;
-    const uint8_t* qs = b + (has_min(type) ? 8 : 4);
-    const uint32_t h = u32(qs + 16);
-    for (int j = 0; j < 16; ++j) {
-      const int lo = (qs[j] & 0xF) | int((h >> j) & 1) << 4, hi = (qs[j] >> 4) | int((h >> (j + 16)) & 1) << 4;
-      out[j] = has_min(type) ? std::fma(float(lo), d, m) : float(lo - 16) * d;
-      out[j + 16] = has_min(type) ? std::fma(float(hi), d, m) : float(hi - 16) * d;
-    }
   } else if constexpr (type == Q8S) {
     for (int j = 0; j < 32; ++j)
       out[j] = std::fma(float(int8_t(b[16 + j])), f32(b + 4 * (j / 16)), f32(b + 8 + 4 * (j / 16)));

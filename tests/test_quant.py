@@ -117,8 +117,8 @@ def repacked(kind: str, n: int, k: int, seed: int = 0):
 @pytest.mark.parametrize("kind", list(REPACKED_TYPES))
 def test_repacked_types_are_gguf_values_bit_for_bit_and_batch_invariant(kind):
     """Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, repacked at load (as Q5_0S, Q5_1S, Q4_1S, Q5_1S, Q8S): every weight is
-    gguf-py's value to the bit (signed zeros included), a linear on them matches F.linear on those values, and each row's result
-    is that row's alone, on 1 and 2 threads."""
+    gguf-py's value to the bit (signed zeros included), a linear on them matches F.linear on those values, and each
+    row's result is that row's alone, on 1 and 2 threads."""
     lin, w = repacked(kind, 40, 512)
     got = lin.dequantized()
     assert torch.equal(got.view(torch.int32), w.view(torch.int32)), kind

@@ -1,9 +1,9 @@
 #!/bin/bash
 # #34: a GGUF in llama.cpp's Q4_K_M mix (SmolLM2-135M-Instruct requantised from the shipped Q4_1 file: Q5_0 166, Q4_K
-# 16, Q6_K 14, Q8_0 15 tensors, F32 norms), run on its own blocks (Q4_K as Q4_1S, Q5_0 as Q5_0S, Q6_K as Q8S, repacked at load)
-# against its dequantised fp32 weights and llama.cpp on the same file; CaDDTree with prompt lookup (the shipped
-# DFlash drafter belongs to the Q4_1 file's weights). One process, 2 threads, 8 sets x 3 prompts, 256 tokens,
-# greedy, cost profile measured first. A rerun with the same OUT resumes.
+# 16, Q6_K 14, Q8_0 15 tensors, F32 norms), run on its own blocks (Q4_K as Q4_1S, Q5_0 as Q5_0S, Q6_K as Q8S,
+# repacked at load) against its dequantised fp32 weights and llama.cpp on the same file; CaDDTree with prompt lookup
+# (the shipped DFlash drafter belongs to the Q4_1 file's weights). One process, 2 threads, 8 sets x 3 prompts, 256
+# tokens, greedy, cost profile measured first. A rerun with the same OUT resumes.
 # llama.cpp: CMAKE_ARGS="-DGGML_NATIVE=ON" pip install --no-deps llama-cpp-python==0.3.36; pip install diskcache
 set -e
 OUT="${OUT:-results/bench-amd512-kquants}"
