@@ -14,9 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFWriter, quants
-from transformers import LlamaConfig
 from torch import nn
-from transformers import AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, Phi3Config
+from transformers import AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, Phi3Config
 from torch.utils.cpp_extension import is_ninja_available, load
 
 from caddtree import kernels
