@@ -14,3 +14,5 @@ SRC=$(python -c "from caddtree.target import _gguf_path; print(_gguf_path('smoll
   --out "$OUT/cost_model.json"
 caddtree bench --target "$GGUF" --drafter lookup --threads 2 --num-prompts 3 --max-new-tokens 256 --temperature 0 \
   --methods ar,ar-fp32,caddtree,llamacpp --cost-model "$OUT/cost_model.json" --out "$OUT/t0"
+# one plain step's split (ℓ = 300), after the run: step_profile.md
+python scripts/step_profile.py --threads 2 --target "$GGUF" 2>/dev/null > "$OUT/step_profile.md"
