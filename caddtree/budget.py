@@ -237,6 +237,14 @@ class PhiCalibration:
             self.predicted[b] = self.memory * self.predicted[b] + d
 
 
+def faded_mean(mean: float, weight: float, x: float, fade: float) -> tuple[float, float]:
+    """One observation x into a running mean whose past counts `fade` times less at each new one: (mean', weight')
+    with weight' = fade · weight + 1 and mean' = (fade · weight · mean + x) / weight', so the first observation (weight
+    0) sets the mean and fade = 0 replaces it."""
+    w = fade * weight
+    return (w * mean + x) / (w + 1.0), w + 1.0
+
+
 class DraftGate:
     """Draft-or-skip for a two-stage drafter: a cheap first proposal q1 (prompt lookup, ~0.4 ms) and a costly one q2
     on top (the trained drafter + lookup, ~15 ms on this project's CPU, paid before any tree is chosen).
@@ -294,9 +302,8 @@ class DraftGate:
 
     def observe(self, band: int, theta1: float, theta2: float) -> None:
         """Stage 2 ran: record its gain (realised or predicted) over stage 1 alone."""
-        w = self.memory * self.weight[band]
-        self.weight[band] = w + 1.0
-        self.gain[band] = (w * self.gain[band] + (theta2 - theta1)) / self.weight[band]
+        self.gain[band], self.weight[band] = faded_mean(self.gain[band], self.weight[band], theta2 - theta1,
+                                                        self.memory)
         self.seen[band] += 1
         if self.backoff:
             if self.gain[band] > 0.0:
@@ -399,17 +406,14 @@ class SpeculationGate:
     def observe(self, tokens_ms: list[tuple[float, float]], plain_ms: float, tree: bool = True) -> None:
         """A drafted round: (1 + Φ, C_d + C_v(n)) for each draft the round priced (the first stage's, and both
         stages' where the costly one ran); plain_ms = C_v(0; ℓ); tree: whether the round verified a tree (n > 0)."""
-        w = self.memory * self.tree_weight
-        self.tree_weight = w + 1.0
-        self.trees = (w * self.trees + float(tree)) / self.tree_weight
+        self.trees, self.tree_weight = faded_mean(self.trees, self.tree_weight, float(tree), self.memory)
         spec = max(t / (ms + self.overhead[True]) for t, ms in tokens_ms)
         plain = 1.0 / (plain_ms + self.overhead[False])
         # a re-check is a fresh look at the text: its gain replaces the mean, which describes rounds `interval` or
         # more rounds back (kept, one re-check that paid barely moved a mean of ~20 losses, and drafting stayed off
         # through stretches where it paid)
-        w = 0.0 if self.checking else self.memory * self.weight
-        self.weight = w + 1.0
-        self.gain = (w * self.gain + (spec / plain - 1.0)) / self.weight
+        self.gain, self.weight = faded_mean(self.gain, self.weight, spec / plain - 1.0,
+                                            0.0 if self.checking else self.memory)
         self.seen += 1
         if self.gain > -self.current_margin():
             self.interval = self.explore_every
