@@ -27,6 +27,8 @@ from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorPr
 from caddtree.errors import CaddtreeError
 from caddtree.kernels import GGML_TYPES, REPACKED_TYPES, QuantLinear, packing_available
 
+NATIVE_TYPES = {**GGML_TYPES, **REPACKED_TYPES}  # every GGUF type a linear runs natively: name -> ggml id
+
 # model_type -> transformers' tensor processor: Llama's permutes Q/K rows (moved here as whole block rows), Gemma's
 # shifts the norms llama.cpp stores as 1 + w (not linears), Phi3's fused attn_qkv / ffn_up load as stored
 ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
@@ -99,27 +101,27 @@ def kernel_blocks(blocks: torch.Tensor, kind: str, k: int) -> tuple[torch.Tensor
     b = blocks.numpy().reshape(n, nbytes)
     if kind == "Q4_K":
         d, dm = _k_scales(b)
-        return torch.from_numpy(_q4_1s(d.reshape(-1), -dm.reshape(-1), _nibbles(b[:, 16:], 32).reshape(-1, 32))
-                                .reshape(blocks.shape[0], -1)), 103
-    if kind in ("Q5_0", "Q5_1"):  # d (fp16), [m (fp16)], 32 high bits, 16 bytes of nibbles
+        rows, layout = _q4_1s(d.reshape(-1), -dm.reshape(-1), _nibbles(b[:, 16:], 32).reshape(-1, 32)), 103
+    elif kind in ("Q5_0", "Q5_1"):  # d (fp16), [m (fp16)], 32 high bits, 16 bytes of nibbles
         at = 2 if kind == "Q5_0" else 4
         high = (np.ascontiguousarray(b[:, at:at + 4]).view(np.uint32) >> np.arange(32, dtype=np.uint32)) & 1
         q = _nibbles(b[:, at + 4:], 16) | (high.astype(np.uint8) << 4)  # [n, 32] in 0..31
         rows = _q5s(_f16(b, 0)[:, 0], None if kind == "Q5_0" else _f16(b, 2)[:, 0], q)
-        return torch.from_numpy(rows.reshape(blocks.shape[0], -1)), 106 if kind == "Q5_0" else 107
-    if kind == "Q5_K":  # d, dmin, 12 B of scales, 32 B of high bits, 128 B of nibbles
+        layout = 106 if kind == "Q5_0" else 107
+    elif kind == "Q5_K":  # d, dmin, 12 B of scales, 32 B of high bits, 128 B of nibbles
         d, dm = _k_scales(b)
         high = (b[:, 16:48].reshape(n, 1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 1, 8, 1)) & 1
         q = (_nibbles(b[:, 48:], 32) | (high.reshape(n, -1) << 4)).reshape(-1, 32)
-        return torch.from_numpy(_q5s(d.reshape(-1), -dm.reshape(-1), q).reshape(blocks.shape[0], -1)), 107
-    if kind == "Q6_K":  # 128 B of low nibbles, 64 B of 2-bit highs, 16 int8 scales, d
+        rows, layout = _q5s(d.reshape(-1), -dm.reshape(-1), q), 107
+    elif kind == "Q6_K":  # 128 B of low nibbles, 64 B of 2-bit highs, 16 int8 scales, d
         low = _nibbles(b[:, :128], 64)
         high = (b[:, 128:192].reshape(n, -1, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)) & 3
         q = (low | (high.reshape(n, -1) << 4)).astype(np.int8) - np.int8(32)
         d = (_f16(b, 208) * b[:, 192:208].view(np.int8).astype(np.float32)).reshape(-1, 2)  # per 16 weights
-        rows = _q8s(d, np.full_like(d, -0.0), q.reshape(-1, 32))
-        return torch.from_numpy(rows.reshape(blocks.shape[0], -1)), 108
-    raise ValueError(f"{kind} is not one of {sorted(REPACKED_TYPES)}")
+        rows, layout = _q8s(d, np.full_like(d, -0.0), q.reshape(-1, 32)), 108
+    else:
+        raise ValueError(f"{kind} is not one of {sorted(REPACKED_TYPES)}")
+    return torch.from_numpy(rows.reshape(blocks.shape[0], -1)), layout
 
 
 def _linear_targets(model: nn.Module) -> dict[str, list[tuple[nn.Module, str, nn.Module]]]:
@@ -158,7 +160,7 @@ def use_gguf_blocks(model: nn.Module, path: Path) -> dict[str, int]:
         if hf not in sites:
             continue
         kind = t.tensor_type.name
-        if kind not in GGML_TYPES and kind not in REPACKED_TYPES:
+        if kind not in NATIVE_TYPES:
             counts["fp32"] = counts.get("fp32", 0) + len(sites[hf])
             continue
         rows, k = int(t.shape[1]) if len(t.shape) > 1 else 1, int(t.shape[0])
@@ -166,7 +168,7 @@ def use_gguf_blocks(model: nn.Module, path: Path) -> dict[str, int]:
         if kind in REPACKED_TYPES:
             blocks, layout = kernel_blocks(blocks, kind, k)
         for parent, attr, linear in sites[hf]:
-            quant = QuantLinear(blocks, {**GGML_TYPES, **REPACKED_TYPES}[kind], k, linear.bias, linear.weight, layout)
+            quant = QuantLinear(blocks, NATIVE_TYPES[kind], k, linear.bias, linear.weight, layout)
             if not torch.equal(quant.dequantized(), linear.weight.detach()):
                 raise CaddtreeError(f"GGUF tensor {t.name} ({kind}) does not dequantize to the weights transformers "
                                     f"loaded for {hf}: use --weights fp32 (and report this file)")
@@ -174,5 +176,5 @@ def use_gguf_blocks(model: nn.Module, path: Path) -> dict[str, int]:
             counts[kind] = counts.get(kind, 0) + 1
     if counts.get("fp32"):
         print(f"caddtree: {counts['fp32']} linear(s) of {path.name} use block types the native kernel does not read "
-              f"(it reads {', '.join([*GGML_TYPES, *REPACKED_TYPES])}); they run in fp32", file=sys.stderr)
+              f"(it reads {', '.join(NATIVE_TYPES)}); they run in fp32", file=sys.stderr)
     return counts
