@@ -16,6 +16,7 @@ import functools
 import json
 import math
 import os
+import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -60,6 +61,9 @@ class DFlashConfig:
     target_layers: list[int] = field(default_factory=lambda: [1, 14, 27])
     target_name: str = ""
     target_fingerprint: str = ""
+    # the model the target's weights are a copy of (`Target.model_id`): another file of it (another quantisation) may
+    # load the drafter; not in the cost profile's key (`digest_fields`), which the fingerprint already pins
+    target_model: str = ""
     target_hidden_size: int = 576
     target_num_layers: int = 30
     draft_vocab_size: int = 0  # K > 0: the LM head is restricted to K frequent target tokens (`vocab_map`), 0 = all
@@ -77,7 +81,8 @@ class DFlashConfig:
     def digest_fields(self) -> dict:
         """The fields that name this architecture in cost-profile keys: the layout and RoPE fields only where set,
         so a Llama-shaped drafter keeps the key it had before they existed (and its profiles)."""
-        return {k: v for k, v in asdict(self).items() if k not in OPTIONAL_FIELDS or v != OPTIONAL_FIELDS[k]}
+        return {k: v for k, v in asdict(self).items()
+                if k != "target_model" and (k not in OPTIONAL_FIELDS or v != OPTIONAL_FIELDS[k])}
 
     @property
     def rope_freqs(self) -> float | tuple[float, ...]:
@@ -96,8 +101,9 @@ class DFlashConfig:
                    head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads, rms_norm_eps=c.rms_norm_eps,
                    rope_theta=float(theta), vocab_size=target.vocab_size, block_size=block_size,
                    target_layers=default_target_layers(c.num_hidden_layers, m), target_name=target.name,
-                   target_fingerprint=target.fingerprint, target_hidden_size=c.hidden_size,
-                   target_num_layers=c.num_hidden_layers, draft_vocab_size=draft_vocab_size,
+                   target_fingerprint=target.fingerprint, target_model=target.model_id,
+                   target_hidden_size=c.hidden_size, target_num_layers=c.num_hidden_layers,
+                   draft_vocab_size=draft_vocab_size,
                    **target_layout(target.model), **target_rope(target.model, rope))
 
 
@@ -550,7 +556,11 @@ def check_target(c: DFlashConfig, target, where: str = "drafter") -> None:
     if c.target_num_layers != tc.num_hidden_layers:
         problems.append(f"layer count {c.target_num_layers} != target's {tc.num_hidden_layers}")
     if not problems and c.target_fingerprint and target.fingerprint and c.target_fingerprint != target.fingerprint:
-        problems.append(f"target fingerprint {c.target_fingerprint} != {target.fingerprint}")
+        if c.target_model and c.target_model == target.model_id:  # the same model in other blocks: drafts as well
+            print(f"caddtree: {where} was trained on another file of {c.target_model} ({c.target_fingerprint}); "
+                  f"drafting for {target.fingerprint} with it", file=sys.stderr)
+        else:
+            problems.append(f"target fingerprint {c.target_fingerprint} != {target.fingerprint}")
     if problems:
         raise CaddtreeError(f"{where} was trained for target '{c.target_name}' and does not fit '{target.name}' "
                             f"({'; '.join(problems)}): use a drafter trained for this target (`caddtree "

@@ -5,6 +5,7 @@ becomes a drafter, and where the shipped drafters live (package data: `caddtree/
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import torch
@@ -20,9 +21,21 @@ SHIPPED_DRAFTER = {DEFAULT_TARGET: SHIPPED_DRAFTERS / "smollm2-135m-instruct-dfl
 
 
 def shipped_drafter(target) -> Path | None:
-    """The DFlash drafter directory shipped for this target, if this checkout has one."""
+    """The DFlash drafter directory shipped for this target, if this checkout has one: by the target's built-in name,
+    or for another file of the same model (`Target.model_id`, e.g. a user's Q4_K_M of SmolLM2) by the model its
+    config names (`target_model`)."""
     path = SHIPPED_DRAFTER.get(target.name)
+    if path is None and target.model_id:
+        path = next((p for p in SHIPPED_DRAFTER.values() if drafter_target_model(p) == target.model_id), None)
     return path if path is not None and (path / "config.json").is_file() else None
+
+
+def drafter_target_model(path: Path) -> str:
+    """The `target_model` a drafter directory's config names ('' if none or unreadable: `load_drafter` says why)."""
+    try:
+        return str(json.loads((path / "config.json").read_text()).get("target_model", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:

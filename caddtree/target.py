@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from gguf import GGUFReader, GGUFValueType
 from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -39,6 +40,7 @@ class Target:
     tokenizer: object
     name: str
     fingerprint: str = ""  # identifies the weights (drafters and cost profiles are tied to it)
+    model_id: str = ""  # the model the weights are a copy of, whatever their blocks ('' if unknown): `gguf_model_id`
     hidden_layers: list[int] = field(default_factory=list)  # layer ids whose outputs `forward` returns
     packed: bool = False  # every linear on a batch-invariant CPU kernel of caddtree.kernels (exactness)
     weights: str = "fp32"  # "native": the linears read the GGUF file's blocks (caddtree.gguf_weights)
@@ -268,6 +270,21 @@ def _file_digest(path: Path, limit: int = 1 << 24) -> str:
     return h.hexdigest()[:16]
 
 
+def gguf_model_id(path: Path) -> str:
+    """The model a GGUF file holds, whatever its quantisation: its architecture and llama.cpp's naming keys
+    (`general.organization`, `basename`, `size_label`, `finetune`; else `general.name`), '' where it names none.
+    llama.cpp's quantiser copies these keys, so every quantisation of one checkpoint shares the id while each file
+    has its own fingerprint: a drafter trained beside one fits the others (`dflash.check_target`)."""
+    fields = GGUFReader(str(path)).fields
+
+    def text(key: str) -> str:
+        f = fields.get(key)
+        return str(f.contents()) if f is not None and f.types and f.types[0] == GGUFValueType.STRING else ""
+    parts = [text(f"general.{k}") for k in ("organization", "basename", "size_label", "finetune")]
+    name = "/".join(p for p in parts if p) if parts[1] else text("general.name")
+    return f"{text('general.architecture')}:{name}" if name else ""
+
+
 def _load_gguf(path: Path, dtype: torch.dtype):
     """Dequantising a GGUF takes ~15 s, so the fp32 weights are cached as safetensors on first load."""
     digest = _file_digest(path)
@@ -363,7 +380,8 @@ def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, 
     if lean is None:
         lean = on_cpu and lean_unsupported(model) is None
     return Target(model=model, tokenizer=tok, name=spec, fingerprint=f"{model.config.model_type}-{digest}",
-                  packed=packed, weights="native" if native else "fp32", lean=LeanForward(model) if lean else None)
+                  model_id=gguf_model_id(gguf) if gguf is not None else "", packed=packed,
+                  weights="native" if native else "fp32", lean=LeanForward(model) if lean else None)
 
 
 def _gguf_path(spec: str) -> Path | None:

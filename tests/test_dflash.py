@@ -126,6 +126,25 @@ def test_mismatched_target(tmp_path, kw, word):
     assert word in msg and "\n" not in msg and "train-drafter" in msg and "--drafter lookup" in msg
 
 
+def test_a_drafter_fits_other_files_of_its_model_only(tmp_path, capsys):
+    """A drafter trained beside one file of a model (its config's `target_model`) loads on another file of it (another
+    fingerprint, e.g. another quantisation, the same `Target.model_id`) with one notice line; a target of another
+    model, or one whose model is unknown, is still refused by the fingerprint."""
+    tg = tiny_target()
+    tg.model_id = "llama:org/tiny"
+    save_drafter(tiny_drafter(tg), tmp_path / "d")
+    requantised = tiny_target(fingerprint="tiny-q4_k_m")
+    requantised.model_id = tg.model_id
+    load_drafter(tmp_path / "d", requantised)
+    err = capsys.readouterr().err
+    assert "another file of llama:org/tiny (tiny)" in err and err.count("\n") == 1
+    for model_id in ("llama:org/other", ""):
+        other = tiny_target(fingerprint="tiny-q4_k_m")
+        other.model_id = model_id
+        with pytest.raises(CaddtreeError, match="fingerprint tiny != tiny-q4_k_m"):
+            load_drafter(tmp_path / "d", other)
+
+
 def test_broken_drafter_directory_is_a_one_line_error(tmp_path):
     tg = tiny_target()
     save_drafter(tiny_drafter(tg), tmp_path / "d")
@@ -417,7 +436,8 @@ def test_fast_drafter_proposes_close_to_fp32_and_has_its_own_profile_key():
     exact = DFlashDrafter(tiny_drafter(tg), calibrate=False)
     fast = DFlashDrafter(tiny_drafter(tg), calibrate=False, quantize=True)
     # the key profiles were saved under before the layout and RoPE fields existed (unset for a Llama-shaped drafter)
-    before = {k: v for k, v in asdict(exact.c).items() if k not in OPTIONAL_FIELDS}
+    # and before `target_model` (never in the key: the fingerprint pins the target)
+    before = {k: v for k, v in asdict(exact.c).items() if k not in OPTIONAL_FIELDS and k != "target_model"}
     digest = hashlib.sha256(json.dumps(before, sort_keys=True, default=str).encode()).hexdigest()[:12]
     assert drafter_id(exact) == f"DFlashDrafter-{digest}"
     assert drafter_id(DFlashDrafter(DFlashModel(replace(exact.c, qk_norm=True)).bind(tg))) != drafter_id(exact)

@@ -1,4 +1,5 @@
 """Integration: the real embedded target (SmolLM2-135M-Instruct). Tree decoding must equal plain greedy decoding."""
+import dataclasses
 import importlib.util
 
 import pytest
@@ -58,6 +59,24 @@ def test_shipped_drafter_is_lossless(smollm2):
     mix = load_drafter_spec("dflash+lookup", smollm2)  # the mixture, same prompt: still plain greedy's tokens
     assert type(load_drafter_spec("auto", smollm2)) is type(mix)  # the default where a drafter ships
     assert Decoder(smollm2, mix, method="ddtree", budget=16).generate(ids, 32).tokens == expect
+
+
+def test_the_shipped_drafter_serves_another_file_of_smollm2(smollm2):
+    """A user's own GGUF of SmolLM2 (another quantisation: another name and fingerprint, the same `model_id` from the
+    file's naming keys) gets the shipped drafter from --drafter auto and dflash, and decodes losslessly with it."""
+    from caddtree.options import load_drafter_spec, resolve_drafter_spec, shipped_drafter
+    if shipped_drafter(smollm2) is None:
+        pytest.skip("no shipped drafter in this checkout")
+    assert smollm2.model_id == "llama:HuggingFaceTB/smollm2/135M/8k-lc100k-mix1-ep2"
+    mine = dataclasses.replace(smollm2, name="/data/SmolLM2-135M-Instruct-Q4_K_M.gguf", fingerprint="llama-0123")
+    assert shipped_drafter(mine) == shipped_drafter(smollm2) and resolve_drafter_spec("auto", mine) == "dflash+lookup"
+    ids = mine.chat_ids(PROMPTS[0])
+    expect = Decoder(mine).generate(ids, 24).tokens
+    assert Decoder(mine, load_drafter_spec("auto", mine), method="ddtree", budget=8).generate(ids, 24).tokens == expect
+    other = dataclasses.replace(mine, model_id="llama:someone/else")
+    assert shipped_drafter(other) is None and resolve_drafter_spec("auto", other) == "lookup"
+    with pytest.raises(CaddtreeError, match="fingerprint"):
+        load_drafter_spec(str(shipped_drafter(smollm2)), other)
 
 
 def test_bad_target_spec_is_one_line():

@@ -83,3 +83,37 @@ def test_publish_once_builds_atomically_and_tolerates_a_concurrent_winner(tmp_pa
     with pytest.raises(OSError, match="disk full"):
         _publish_once(tmp_path / "models" / "m3", build_fails)
     assert sorted(p.name for p in dest.parent.iterdir()) == ["m", "m2"]
+
+
+def test_gguf_model_id_names_the_model_whatever_its_blocks(tmp_path):
+    """Two quantisations of one checkpoint (llama.cpp's quantiser copies the `general.*` naming keys) share a model id
+    and differ in fingerprint; `general.name` stands in where the file has no basename; a file naming nothing has
+    none (a drafter then fits its own file only)."""
+    import numpy as np
+    from gguf import GGMLQuantizationType, GGUFWriter, quants
+
+    from caddtree.target import _file_digest, gguf_model_id
+
+    def write(name: str, kind: GGMLQuantizationType | None, naming: dict):
+        path = tmp_path / name
+        w = GGUFWriter(str(path), "llama")
+        for key, value in naming.items():
+            getattr(w, f"add_{key}")(value)
+        a = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+        if kind is None:
+            w.add_tensor("token_embd.weight", a)
+        else:
+            w.add_file_type(int(kind))
+            w.add_tensor("token_embd.weight", quants.quantize(a, kind), raw_dtype=kind)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return path
+
+    keys = dict(organization="Org", basename="tiny", size_label="1M", finetune="Instruct")
+    q8, q4 = (write(f"{k.name}.gguf", k, keys) for k in (GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0))
+    assert gguf_model_id(q8) == gguf_model_id(q4) == "llama:Org/tiny/1M/Instruct"
+    assert _file_digest(q8) != _file_digest(q4)
+    assert gguf_model_id(write("named.gguf", None, dict(name="Tiny 1M"))) == "llama:Tiny 1M"
+    assert gguf_model_id(write("bare.gguf", None, {})) == ""
