@@ -422,6 +422,34 @@ def test_profile_takes_more_sweeps_while_the_medians_look_disturbed(monkeypatch,
     assert ("stayed disturbed" in capsys.readouterr().err) == (sweeps == 3 * 2)
 
 
+def test_profile_times_no_plain_step_right_after_a_larger_tree(monkeypatch):
+    """A timed plain step (the n = 0 cell) follows a plain step, as in plain decoding: never the
+    previous row's largest tree, whose logits and activations push the weights out of cache (25% slower on a Xeon
+    whose L3 holds the model), so that C_v(0) is not overpriced against the trees CaDDTree weighs it with."""
+    from caddtree import profile
+    events = []  # tree sizes of verify calls, "t" for each clock read
+    real_verify, real_now = profile.verify_tree, profile.now
+
+    def verify(target, cache, root, tree):
+        events.append(len(tree))
+        return real_verify(target, cache, root, tree)
+
+    def clock(device):
+        events.append("t")
+        return real_now(device)
+    monkeypatch.setattr(profile, "verify_tree", verify)
+    monkeypatch.setattr(profile, "now", clock)
+    monkeypatch.setattr(profile, "busy", lambda t: 0.0)
+    monkeypatch.setattr(profile, "inversion", lambda v: 0.0)
+    profile.profile_verify(make_tiny_target(vocab=101, max_pos=512), [0, 1, 4, 32], [16, 64], repeats=2, warmup=1,
+                           progress=False)
+    # clock reads pair up (start, end): a verify is timed when an odd number of reads precede it
+    timed_plain = [i for i, e in enumerate(events) if e == 0 and events[:i].count("t") % 2 == 1]
+    assert len(timed_plain) == 3 * 2  # one per sweep and context
+    before = [next((e for e in reversed(events[:i]) if e != "t"), None) for i in timed_plain]
+    assert before == [0] * len(before), before  # each after an untimed plain verify of its own
+
+
 def test_busy_is_how_far_timings_stand_above_their_fastest():
     from caddtree.profile import busy
     quiet = [[[30.0, 40.0]], [[31.0, 41.0]], [[32.0, 42.0]]]  # [repeats, ctxs, ns]
