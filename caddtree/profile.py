@@ -2,8 +2,9 @@
 
 Per context length ℓ (KV cache prefilled with random tokens):
 - C_v(n; ℓ): `verify.verify_tree` on a best-first tree of n nodes built from random marginals (real ancestor mask,
-  root counted; n = 0 is the plain decoding step), cache cropped back after each call; the preset's sizes plus both
-  sides of the first pass boundaries of the CPU kernel (`size_grid`), so the fit sees each pass's step;
+  root counted; n = 0 is the plain decoding step, timed after an untimed one as plain decoding runs it), cache
+  cropped back after each call; the preset's sizes plus both sides of the first pass boundaries of the CPU kernel
+  (`size_grid`), so the fit sees each pass's step;
 - C_d(ℓ): one steady-state `drafter.propose` call that feeds only a few new tokens' features (LM head included),
   each right after a target step as in decoding; for a two-stage drafter also the first stage alone (`propose_cheap`
   + `skip_rest`), which the engine's draft gate prices;
