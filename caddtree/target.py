@@ -274,8 +274,12 @@ def gguf_model_id(path: Path) -> str:
     """The model a GGUF file holds, whatever its quantisation: its architecture and llama.cpp's naming keys
     (`general.organization`, `basename`, `size_label`, `finetune`; else `general.name`), '' where it names none.
     llama.cpp's quantiser copies these keys, so every quantisation of one checkpoint shares the id while each file
-    has its own fingerprint: a drafter trained beside one fits the others (`dflash.check_target`)."""
-    fields = GGUFReader(str(path)).fields
+    has its own fingerprint: a drafter trained beside one fits the others (`dflash.check_target`). A file gguf-py
+    cannot read names no model: its drafters then fit that file only."""
+    try:
+        fields = GGUFReader(str(path)).fields
+    except (OSError, ValueError):
+        return ""
 
     def text(key: str) -> str:
         f = fields.get(key)

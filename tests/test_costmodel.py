@@ -423,9 +423,9 @@ def test_profile_takes_more_sweeps_while_the_medians_look_disturbed(monkeypatch,
 
 
 def test_profile_times_no_plain_step_right_after_a_larger_tree(monkeypatch):
-    """A timed plain step (the n = 0 cell) follows a plain step, as in plain decoding: never the
-    previous row's largest tree, whose logits and activations push the weights out of cache (25% slower on a Xeon
-    whose L3 holds the model), so that C_v(0) is not overpriced against the trees CaDDTree weighs it with."""
+    """A timed plain step (the n = 0 cell) follows a plain step, as in plain decoding: never the previous row's
+    largest tree, whose logits and activations push the weights out of cache (25% slower on a Xeon whose L3 holds
+    the model), so that C_v(0) is not overpriced against the trees CaDDTree weighs it with."""
     from caddtree import profile
     events = []  # tree sizes of verify calls, "t" for each clock read
     real_verify, real_now = profile.verify_tree, profile.now

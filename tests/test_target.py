@@ -117,3 +117,4 @@ def test_gguf_model_id_names_the_model_whatever_its_blocks(tmp_path):
     assert _file_digest(q8) != _file_digest(q4)
     assert gguf_model_id(write("named.gguf", None, dict(name="Tiny 1M"))) == "llama:Tiny 1M"
     assert gguf_model_id(write("bare.gguf", None, {})) == ""
+    assert gguf_model_id(tmp_path / "missing.gguf") == ""
