@@ -140,10 +140,11 @@ def _linear_targets(model: nn.Module) -> dict[str, list[tuple[nn.Module, str, nn
     return sites
 
 
-def use_gguf_blocks(model: nn.Module, path: Path) -> dict[str, int]:
+def use_gguf_blocks(model: nn.Module, path: Path, reader: GGUFReader | None = None) -> dict[str, int]:
     """Replace every linear of `model` (loaded by transformers from the GGUF file at `path`, fp32, CPU) whose weight
     the file stores in a supported block type by a `QuantLinear` over those blocks. Returns {ggml type name: count}
-    of replaced linears, plus 'fp32' for those left as they were."""
+    of replaced linears, plus 'fp32' for those left as they were. reader: the file already opened by gguf-py (else
+    opened here)."""
     if not packing_available():
         raise CaddtreeError("--weights native needs the CPU kernels, which could not be built here (a C++ compiler "
                             "and ninja): use --weights fp32")
@@ -155,7 +156,7 @@ def use_gguf_blocks(model: nn.Module, path: Path) -> dict[str, int]:
     gguf_to_hf = get_gguf_hf_weights_map(model, processor)
     sites = _linear_targets(model)
     counts: dict[str, int] = {}
-    for t in GGUFReader(str(path)).tensors:
+    for t in (reader or GGUFReader(str(path))).tensors:
         hf = gguf_to_hf.get(t.name)
         if hf not in sites:
             continue

@@ -270,19 +270,26 @@ def _file_digest(path: Path, limit: int = 1 << 24) -> str:
     return h.hexdigest()[:16]
 
 
-def gguf_model_id(path: Path) -> str:
-    """The model a GGUF file holds, whatever its quantisation: its architecture and llama.cpp's naming keys
-    (`general.organization`, `basename`, `size_label`, `finetune`; else `general.name`), '' where it names none.
-    llama.cpp's quantiser copies these keys, so every quantisation of one checkpoint shares the id while each file
-    has its own fingerprint: a drafter trained beside one fits the others (`dflash.check_target`). A file gguf-py
-    cannot read names no model: its drafters then fit that file only."""
+def open_gguf(path: Path) -> GGUFReader | None:
+    """gguf-py's reader of a GGUF file (metadata and tensor index), None where gguf-py cannot read it. Opening one
+    takes ~2.4 s for SmolLM2's file (its tokenizer's arrays, field by field), so a load opens it once."""
     try:
-        fields = GGUFReader(str(path)).fields
+        return GGUFReader(str(path))
     except (OSError, ValueError):
+        return None
+
+
+def gguf_model_id(reader: GGUFReader | None) -> str:
+    """The model a GGUF file holds, whatever its quantisation: its architecture and llama.cpp's naming keys
+    (`general.organization`, `basename`, `size_label`, `finetune`; else `general.name`), '' where it names none or
+    could not be read (reader None). llama.cpp's quantiser copies these keys, so every quantisation of one checkpoint
+    shares the id while each file has its own fingerprint: a drafter trained beside one fits the others
+    (`dflash.check_target`)."""
+    if reader is None:
         return ""
 
     def text(key: str) -> str:
-        f = fields.get(key)
+        f = reader.fields.get(key)
         return str(f.contents()) if f is not None and f.types and f.types[0] == GGUFValueType.STRING else ""
     parts = [text(f"general.{k}") for k in ("organization", "basename", "size_label", "finetune")]
     name = "/".join(p for p in parts if p) if parts[1] else text("general.name")
@@ -373,8 +380,9 @@ def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, 
         print(f"caddtree: {Path(spec).name} is a {model.config.model_type} model: its GGUF blocks are read natively "
               f"only for {', '.join(sorted(NATIVE_FAMILIES))}; running its dequantised fp32 weights", file=sys.stderr)
         native = False
+    reader = open_gguf(gguf) if gguf is not None else None  # one parse for the blocks and the model id
     if native:
-        use_gguf_blocks(model, gguf)
+        use_gguf_blocks(model, gguf, reader)
     if pack is None:
         pack = on_cpu
     if pack:
@@ -384,7 +392,7 @@ def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32, 
     if lean is None:
         lean = on_cpu and lean_unsupported(model) is None
     return Target(model=model, tokenizer=tok, name=spec, fingerprint=f"{model.config.model_type}-{digest}",
-                  model_id=gguf_model_id(gguf) if gguf is not None else "", packed=packed,
+                  model_id=gguf_model_id(reader), packed=packed,
                   weights="native" if native else "fp32", lean=LeanForward(model) if lean else None)
 
 

@@ -92,7 +92,7 @@ def test_gguf_model_id_names_the_model_whatever_its_blocks(tmp_path):
     import numpy as np
     from gguf import GGMLQuantizationType, GGUFWriter, quants
 
-    from caddtree.target import _file_digest, gguf_model_id
+    from caddtree.target import _file_digest, gguf_model_id, open_gguf
 
     def write(name: str, kind: GGMLQuantizationType | None, naming: dict):
         path = tmp_path / name
@@ -113,8 +113,8 @@ def test_gguf_model_id_names_the_model_whatever_its_blocks(tmp_path):
 
     keys = dict(organization="Org", basename="tiny", size_label="1M", finetune="Instruct")
     q8, q4 = (write(f"{k.name}.gguf", k, keys) for k in (GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0))
-    assert gguf_model_id(q8) == gguf_model_id(q4) == "llama:Org/tiny/1M/Instruct"
+    assert gguf_model_id(open_gguf(q8)) == gguf_model_id(open_gguf(q4)) == "llama:Org/tiny/1M/Instruct"
     assert _file_digest(q8) != _file_digest(q4)
-    assert gguf_model_id(write("named.gguf", None, dict(name="Tiny 1M"))) == "llama:Tiny 1M"
-    assert gguf_model_id(write("bare.gguf", None, {})) == ""
-    assert gguf_model_id(tmp_path / "missing.gguf") == ""
+    assert gguf_model_id(open_gguf(write("named.gguf", None, dict(name="Tiny 1M")))) == "llama:Tiny 1M"
+    assert gguf_model_id(open_gguf(write("bare.gguf", None, {}))) == ""
+    assert open_gguf(tmp_path / "missing.gguf") is None and gguf_model_id(None) == ""
