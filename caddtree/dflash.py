@@ -12,6 +12,7 @@ Shapes: H hidden, h heads, g KV heads, d head dim, A blocks, B block size, C con
 """
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import math
@@ -30,12 +31,14 @@ from caddtree.drafter import (Drafter, OnlineCalibration, calibration_keep, for_
                               shrink_to_uniform)
 from caddtree.errors import CaddtreeError
 from caddtree.files import atomic_write
-from caddtree.kernels import DynamicLinear, PackedLinear, drafter_linears, pack_linears, q8_0, quantize_linears
+from caddtree.kernels import (DynamicLinear, PackedLinear, draft_layers, drafter_linears, dynamic_available, f16_rows,
+                              kernel_linear, pack_linears, packing_available, q8_0, quantize_linears)
 from caddtree.kvcache import room_for
 
 # the draft pass in the cost-profile key of a native target's drafter (`DFlashDrafter.fingerprint`): "p2", one pass
-# per draft (`Layer.draft_forward`), ~1 ms a draft cheaper than the module path profiles before it priced
-DRAFT_PASS = "p2"
+# per draft (`Layer.draft_forward`), ~1 ms a draft cheaper than the module path profiles before it priced; "p3", the
+# pass in one C++ call where the kernels are built (`draft_pass`), ~0.8 ms cheaper again
+DRAFT_PASS = "p3"
 NEG = -1e9  # additive mask value (finite: a fully masked row cannot occur, but -inf would turn it into NaN)
 
 
@@ -428,14 +431,50 @@ def dflash_loss(logits, tokens, anchors, gamma: float, labels_of=None):
     return loss, correct, counted.sum(0)
 
 
+def draft_pass(model: DFlashModel):
+    """The model's draft pass (`DFlashModel.fuse`, each `Layer.draft_forward`, the final norm) as one call of
+    draft_layers.cpp, its linears on fp16 rows (`kernels.f16_rows`): or None where the kernels are not built, the model
+    is not on the CPU in fp32, or a width does not suit them (inputs a multiple of 32, head_dim of 16)."""
+    c = model.c
+    if (not packing_available() or c.head_dim % 16 or model.mask_embedding.device.type != "cpu"
+            or model.mask_embedding.dtype != torch.float32):
+        return None
+
+    def rows(*linears: nn.Linear):  # the linears' outputs concatenated, as kernel_linear's tuple (None: unsuitable)
+        bias = None if linears[0].bias is None else torch.cat([m.bias for m in linears])
+        quant = f16_rows(torch.cat([m.weight for m in linears]), bias)
+        return None if quant is None else kernel_linear(quant)
+
+    def weight(norm: RMSNorm) -> torch.Tensor:
+        return norm.weight.detach().float().contiguous()
+
+    fc, none = rows(model.fc), torch.empty(0)
+    tensors, ints, floats = [], [], []
+    for L in model.layers:
+        parts = [rows(L.q_proj), rows(L.k_proj, L.v_proj), rows(L.o_proj), rows(L.gate_proj, L.up_proj),
+                 rows(L.down_proj)]
+        if fc is None or any(p is None for p in parts):
+            return None
+        qk_norm = (torch.cat([weight(L.q_norm).expand(c.num_heads, -1), weight(L.k_norm).expand(c.num_kv_heads, -1)])
+                   .contiguous() if c.qk_norm else none)  # [h + g, d]
+        (q, kv, o, gu, down) = parts
+        tensors += [weight(L.input_layernorm), q[0], q[1], kv[0], kv[1], qk_norm, o[0], o[1],
+                    weight(L.post_attention_layernorm), gu[0], gu[1], down[0], down[1]]
+        ints += [q[2], q[3], kv[2], kv[3], o[2], o[3], gu[2], gu[3], down[2], down[3], c.intermediate_size]
+        floats += [L.input_layernorm.eps, L.post_attention_layernorm.eps, c.rms_norm_eps]
+    return draft_layers(fc, weight(model.hidden_norm), model.hidden_norm.eps, weight(model.norm), model.norm.eps,
+                        tensors, ints, floats, c.num_heads, c.num_kv_heads, c.head_dim, c.head_dim ** -0.5)
+
+
 class DFlashDrafter(Drafter):
     """Inference wrapper: keeps the projected context K/V of every draft layer; each round only the new tokens'
     features are fused and projected."""
 
     def __init__(self, model: DFlashModel, pack: bool = False, calibrate: bool = True, quantize: bool = False):
         """pack: pre-pack the linears and the LM head for CPU (caddtree.kernels); the model is inference-only then.
-        quantize: instead, run them on fbgemm (`kernels.DynamicLinear`: the layers' weights in fp16, the head's in
-        int8; not exact, a drafter need not be), or where fbgemm is missing on 8-bit blocks (`kernels.q8_0`); what a
+        quantize: instead, run the whole draft pass in one C++ call (`draft_pass`: the layers' weights in fp16) and
+        the head on fbgemm's int8 (`kernels.DynamicLinear`; not exact, a drafter need not be), or where the kernels
+        are not built the layers on fbgemm's fp16, or where fbgemm is missing on 8-bit blocks (`kernels.q8_0`); what a
         target with native GGUF weights gets, whose steps are too short for an fp32 drafter. fp16 layers keep the
         drafter's proposals (the same τ to 3 decimals on 12 prompts, where int8 layers lost 3%: their activations
         share one 8-bit scale per call); the head's int8 changed no τ (docs/results.md).
@@ -446,7 +485,12 @@ class DFlashDrafter(Drafter):
         self._calibrations: dict = {}  # sampling setting -> OnlineCalibration (`drafter.for_setting`)
         self.head = None  # packed LM head, or None: model.logits
         self.linears = "fp32"  # the kernels the linears run on (part of the cost profile's key: `fingerprint`)
-        if quantize and drafter_linears(model, "fp16") > 0:
+        self.fast = draft_pass(model) if quantize else None  # the draft pass in one C++ call (draft_layers.cpp)
+        if self.fast is not None:
+            head = model._shared["head"]
+            self.head, self.linears = ((DynamicLinear(head, None, "int8"), "f16rows-i8head") if dynamic_available()
+                                       else (q8_0(head), "f16rows-q8head"))
+        elif quantize and drafter_linears(model, "fp16") > 0:
             self.head, self.linears = DynamicLinear(model._shared["head"], None, "int8"), "fbgemm-f16-i8head"
         elif quantize and quantize_linears(model) > 0:
             self.head, self.linears = q8_0(model._shared["head"]), "q8_0"
@@ -457,12 +501,21 @@ class DFlashDrafter(Drafter):
         self.num_positions = self.c.block_size - 1
         self.reset(None)
 
+    def __deepcopy__(self, memo) -> "DFlashDrafter":
+        """A copy with state of its own (context K/V, calibration; the profile times copies): the one-call pass
+        (`fast`) holds only weights and is shared, as a compiled object cannot be copied."""
+        twin = type(self).__new__(type(self))
+        memo[id(self)] = twin
+        for key, value in self.__dict__.items():
+            setattr(twin, key, value if key == "fast" else copy.deepcopy(value, memo))
+        return twin
+
     @property
     def fingerprint(self) -> str:
         """The cost profile's key for this drafter: its architecture (as `drafter.drafter_id` hashes a config) and,
         for the fbgemm linears (a native target's drafter), their kind and the draft pass's version (`DRAFT_PASS`):
         a profile priced with slower kernels or an older pass is not reused."""
-        suffix = f"-{self.linears}-{DRAFT_PASS}" if self.linears.startswith("fbgemm") else ""
+        suffix = f"-{self.linears}-{DRAFT_PASS}" if self.linears not in ("fp32", "packed", "q8_0") else ""
         return f"DFlashDrafter-{settings_digest(self.c.digest_fields())}{suffix}"
 
     @property
@@ -488,11 +541,12 @@ class DFlashDrafter(Drafter):
     def block(self, root: int, features: torch.Tensor | None = None) -> torch.Tensor:
         """The block after the context: features [k, F] of the next k context positions (or None), then the root
         token at position C + k (C = ctx_len) and B - 1 masks -> [B, H] normed; the context grows by k
-        (each layer's `context_kv` + `DFlashModel.block_hidden` on A = 1, in one pass through `Layer.draft_forward`)."""
+        (each layer's `context_kv` + `DFlashModel.block_hidden` on A = 1, in one pass through `Layer.draft_forward`,
+        or the same pass in one call of draft_layers.cpp: `fast`)."""
         m, C, B = self.model, self.ctx_len, self.c.block_size
         dev, dtype = m.mask_embedding.device, m.mask_embedding.dtype
-        ctx = m.fuse(features.to(dev)) if features is not None and features.shape[0] else None  # [k, H], all layers'
-        new = 0 if ctx is None else ctx.shape[0]
+        new = 0 if features is None else features.shape[0]
+        ctx = m.fuse(features.to(dev)) if new and self.fast is None else None  # [k, H], all layers'; fast: fused there
         x = torch.cat([m._shared["embed"][root:root + 1].to(dtype), m.mask_embedding.expand(B - 1, -1)])  # [B, H]
         cos, sin = rope_rows(torch.arange(C, C + new + B, device=dev), self.c.head_dim, self.c.rope_freqs, dev,
                              dtype, self.c.rope_scale)
@@ -501,11 +555,17 @@ class DFlashDrafter(Drafter):
         # room for k + B rows after the C context rows (a grown buffer keeps the context's rows)
         self.kv_buf = [(room_for(kb, k, new + B, like), room_for(vb, v, new + B, like))
                        for (kb, vb), (k, v) in zip(bufs, kv)]
-        for layer, (kb, vb) in zip(m.layers, self.kv_buf):
-            x = layer.draft_forward(x, cos, sin, kb, vb, C, ctx)
+        if self.fast is not None:  # the same pass in one call, the fused context included
+            feats = features.to(dev).float().contiguous() if new else torch.empty(0)
+            out = self.fast.forward(feats, x, cos.contiguous(), sin.contiguous(), [kb for kb, _ in self.kv_buf],
+                                    [vb for _, vb in self.kv_buf], C)
+        else:
+            for layer, (kb, vb) in zip(m.layers, self.kv_buf):
+                x = layer.draft_forward(x, cos, sin, kb, vb, C, ctx)
+            out = m.norm(x)
         self.ctx_len = C + new
         self.kv = [(kb[:, :C + new], vb[:, :C + new]) for kb, vb in self.kv_buf]
-        return m.norm(x)
+        return out
 
     @torch.inference_mode()
     def propose(self, tokens: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:

@@ -45,8 +45,8 @@ ROW_GROUP = {"panel": 6, "amx": 16}  # rows per pass: panel_linear.cpp's G_MAX, 
 MAX_ROWS = 96  # above this PyTorch's GEMM wins (prefill); measured with `python scripts/compare_kernels.py`
 
 _SOURCES = [Path(__file__).with_name(f) for f in ("panel_linear.cpp", "quant_linear.cpp", "attention.cpp",
-                                                 "lean_layers.cpp", "sample.cpp")]
-_HEADERS = [Path(__file__).with_name("vec16.h")]
+                                                 "lean_layers.cpp", "draft_layers.cpp", "sample.cpp")]
+_HEADERS = [Path(__file__).with_name(f) for f in ("vec16.h", "layer_ops.h")]
 # OpenMP: at::parallel_for in the kernels is an `omp parallel` region only when compiled with -fopenmp (else every call
 # runs on one thread). Linked by soname (libgomp.so.1), it binds to the runtime torch has already loaded, so
 # torch.set_num_threads governs it and no second thread pool spins beside torch's.
@@ -353,6 +353,17 @@ def q8_0(weight: torch.Tensor) -> QuantLinear:
     return QuantLinear(torch.from_numpy(blocks.copy()), GGML_TYPES["Q8_0"], w.shape[1], weight=rounded)
 
 
+def f16_rows(weight: torch.Tensor, bias: torch.Tensor | None = None) -> QuantLinear | None:
+    """A linear over W [N, K] rounded to fp16, as F16 rows the block kernel reads (fp32 activations and sums): the
+    weights fbgemm's fp16 path multiplies by, on a kernel `draft_layers` can call. Not exact, so only for what need
+    not be (the drafter); None where K is not a multiple of 32 or W is not an fp32 CPU tensor."""
+    w = weight.detach()
+    if w.dim() != 2 or w.shape[1] % 32 or w.dtype != torch.float32 or w.device.type != "cpu":
+        return None
+    rows = w.half().contiguous().view(torch.uint8)  # [N, 2K]
+    return QuantLinear(rows, GGML_TYPES["F16"], w.shape[1], None if bias is None else bias.detach().float())
+
+
 def quantize_linears(module: nn.Module) -> int:
     """Replace every fp32 CPU `nn.Linear` inside `module` whose input width is a multiple of 32 by its `q8_0`
     version (bias kept); returns how many were replaced."""
@@ -446,6 +457,16 @@ def lean_layers(tensors: list[torch.Tensor], ints: list[int], floats: list[float
                 g: int, d: int, scale: float, softcap: float = 0.0):
     """lean_layers.cpp's LeanLayers over these per-layer weights (its constructor documents the lists)."""
     return _library().LeanLayers(tensors, ints, floats, sliding, h, g, d, scale, softcap)
+
+
+def draft_layers(fc: tuple, hidden_norm: torch.Tensor, hidden_eps: float, norm: torch.Tensor, norm_eps: float,
+                 tensors: list[torch.Tensor], ints: list[int], floats: list[float], h: int, g: int, d: int,
+                 scale: float):
+    """draft_layers.cpp's DraftLayers (the DFlash drafter's draft pass in one call) over these weights; fc is
+    `kernel_linear`'s tuple for the context projection (the constructor documents the lists)."""
+    weights, bias, kind, arg = fc
+    return _library().DraftLayers([weights, bias], [kind, arg], hidden_norm, hidden_eps, norm, norm_eps, tensors,
+                                  ints, floats, h, g, d, scale)
 
 
 def row_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor | None,

@@ -265,8 +265,9 @@ int64_t quant_row_group();
 // attention.cpp
 torch::Tensor row_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values, torch::Tensor allowed,
                             double scale, double softcap);
-// lean_layers.cpp
+// lean_layers.cpp, draft_layers.cpp
 void register_lean_layers(pybind11::module_& m);
+void register_draft_layers(pybind11::module_& m);
 // sample.cpp
 int64_t sample_processed(const torch::Tensor& logits, double temperature, int64_t top_k, double top_p, double u);
 std::tuple<torch::Tensor, torch::Tensor> processed_law(const torch::Tensor& logits, double temperature,
@@ -289,4 +290,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("row_argmax", &row_argmax, "each row's first maximal entry, as torch.argmax");
   m.def("processed_law", &processed_law, "the processed law's kept tokens and probabilities");
   register_lean_layers(m);  // class LeanLayers: the decoder layers of a Llama-shaped model in one call
+  register_draft_layers(m);  // class DraftLayers: the DFlash drafter's draft pass in one call
 }

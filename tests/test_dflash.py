@@ -423,7 +423,8 @@ def test_fbgemm_linears_are_close_and_training_stays_exact():
 
 
 def test_fast_drafter_proposes_close_to_fp32_and_has_its_own_profile_key():
-    """A native target's drafter (`quantize=True`) runs its layers on fbgemm fp16 and its head on int8: not exact, a
+    """A native target's drafter (`quantize=True`) without the one-call pass (`dflash.draft_pass`: head_dim 8 here)
+    runs its layers on fbgemm fp16 and its head on int8: not exact, a
     drafter need not be, but its proposals stay close to the fp32 drafter's, and its cost-profile key names the
     kernels (a profile priced with slower ones is not reused), while the other kinds keep the config's id."""
     import hashlib
@@ -444,8 +445,9 @@ def test_fast_drafter_proposes_close_to_fp32_and_has_its_own_profile_key():
     if not dynamic_available():
         assert fast.linears in ("q8_0", "fp32") and drafter_id(fast) == drafter_id(exact)
         return
+    assert fast.fast is None  # head_dim 8: the one-call pass (`draft_pass`) needs 16, so PyTorch's modules run
     assert fast.linears == "fbgemm-f16-i8head"
-    assert drafter_id(fast) == f"DFlashDrafter-{digest}-fbgemm-f16-i8head-p2"  # the draft pass's version too
+    assert drafter_id(fast) == f"DFlashDrafter-{digest}-fbgemm-f16-i8head-p3"  # the draft pass's version too
     assert type(fast.head) is DynamicLinear and fast.head.kind == "int8"
     layer = fast.model.layers[0]
     assert all(type(p) is DynamicLinear and p.kind == "fp16" for p in (layer.q_proj, layer.down_proj, fast.model.fc))
@@ -455,3 +457,43 @@ def test_fast_drafter_proposes_close_to_fp32_and_has_its_own_profile_key():
     a, b = exact.propose(toks[:13], feats[:12]), fast.propose(toks[:13], feats[:12])  # [B-1, V] log-probs
     assert not torch.equal(a, b)
     assert (a.exp() - b.exp()).abs().max() < 0.02  # probabilities within 2 points
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
+def test_draft_pass_in_one_call_is_the_python_pass_on_fp16_weights(family):
+    """draft_layers.cpp (`dflash.draft_pass`: what a native target's drafter runs where the kernels are built) is
+    `DFlashDrafter.block`'s Python pass with every linear's weights rounded to fp16: the same block hidden states and
+    context K/V to fp32 rounding, round after round (new features, none, more than a row group, past the buffer's
+    first capacity), with q/k/v biases (qwen2) and per-head q/k norms (qwen3)."""
+    import copy
+
+    from caddtree.drafter import drafter_id
+    from caddtree.kernels import packing_available
+    if not packing_available():
+        pytest.skip("the CPU kernels are not built here")
+    tg = tiny_target(hidden=64, family=family)  # head_dim 16, widths multiples of 32: what the kernels take
+    m = tiny_drafter(tg)
+    rounded = copy.deepcopy(m)
+    for lin in rounded.modules():
+        if isinstance(lin, torch.nn.Linear):
+            lin.weight.data = lin.weight.data.half().float()
+    fast, ref = DFlashDrafter(m, calibrate=False, quantize=True), DFlashDrafter(rounded, calibrate=False)
+    assert fast.fast is not None and fast.linears.startswith("f16rows-")
+    assert drafter_id(fast).endswith(f"-{fast.linears}-p3")
+    feats = torch.randn(300, m.fc.weight.shape[1])
+    for d in (fast, ref):
+        d.reset(None)
+    with torch.inference_mode():
+        bounds = [0, 5, 5, 6, 19, 26, 40] + list(range(80, 301, 44)) + [300]  # 0, 1, 13 rows; 256 crossed
+        for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
+            feats_ab = feats[a:b] if b > a else None
+            x, y = fast.block(i % tg.vocab_size, feats_ab), ref.block(i % tg.vocab_size, feats_ab)
+            torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4)
+            assert fast.ctx_len == ref.ctx_len == b
+        for (k, v), (kr, vr) in zip(fast.kv, ref.kv):
+            torch.testing.assert_close(k, kr, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(v, vr, rtol=1e-4, atol=1e-4)
+        twin = copy.deepcopy(fast)  # the profile times copies: the pass is shared, the context K/V are not
+        assert twin.fast is fast.fast and twin.kv[0][0].data_ptr() != fast.kv[0][0].data_ptr()
+        torch.testing.assert_close(twin.block(3), fast.block(3), rtol=0, atol=0)
+        assert not torch.equal(fast.block(3), DFlashDrafter(m, calibrate=False).block(3))  # fp16 weights: not fp32's
