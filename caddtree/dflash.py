@@ -513,8 +513,8 @@ class DFlashDrafter(Drafter):
     @property
     def fingerprint(self) -> str:
         """The cost profile's key for this drafter: its architecture (as `drafter.drafter_id` hashes a config) and,
-        for the fbgemm linears (a native target's drafter), their kind and the draft pass's version (`DRAFT_PASS`):
-        a profile priced with slower kernels or an older pass is not reused."""
+        for a native target's drafter (the one-call pass, or fbgemm's linears), its kernels and the draft pass's
+        version (`DRAFT_PASS`): a profile priced with slower kernels or an older pass is not reused."""
         suffix = f"-{self.linears}-{DRAFT_PASS}" if self.linears not in ("fp32", "packed", "q8_0") else ""
         return f"DFlashDrafter-{settings_digest(self.c.digest_fields())}{suffix}"
 

@@ -19,3 +19,17 @@ for T in 0.7 1.0; do
   caddtree bench --threads 2 --num-prompts 12 --max-new-tokens 256 --temperature "$T" --top-p 0.95 --seed 0 \
     --methods ar,ddtree:1,caddtree --cost-model "$OUT/cost_model.json" --out "$OUT/t$T"
 done
+# The profile above ran while the host was disturbed (it warned: 15% busy, a smaller tree 127% over a larger one) and
+# priced plain steps 22-75% above what the runs measured. Measured again once the runs had finished, and the sampled
+# runs repeated on it, then the greedy one (`reprofile/`):
+P="$OUT/reprofile"
+mkdir -p "$P"
+[ -f "$P/cost_model.json" ] || caddtree profile --threads 2 --out "$P/cost_model.json"
+for T in 1.0 0.7; do
+  caddtree bench --threads 2 --num-prompts 12 --max-new-tokens 256 --temperature "$T" --top-p 0.95 --seed 0 \
+    --methods ar,ddtree:1,caddtree --cost-model "$P/cost_model.json" --out "$P/t$T"
+done
+caddtree bench --threads 2 --num-prompts 12 --max-new-tokens 256 --temperature 0 \
+  --methods ar,ddtree:3,caddtree,llamacpp --cost-model "$P/cost_model.json" --out "$P/t0"
+# one plain step's split after the runs (02:58 UTC)
+python scripts/step_profile.py --threads 2 2>/dev/null > "$P/step_profile.md"
