@@ -11,9 +11,11 @@
 
 #include "vec16.h"
 
-// the kernels a Linear calls (quant_linear.cpp, panel_linear.cpp)
+// the kernels the layer loops call: a Linear's (quant_linear.cpp, panel_linear.cpp) and attention (attention.cpp)
 torch::Tensor quant_linear(torch::Tensor x, torch::Tensor blocks, int64_t type);
 torch::Tensor panel_linear(torch::Tensor x, torch::Tensor panels, int64_t N);
+torch::Tensor row_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values, torch::Tensor allowed,
+                            double scale, double softcap);
 
 namespace layer_ops {
 

@@ -31,10 +31,6 @@
 
 #include "layer_ops.h"
 
-// the attention kernel this calls (attention.cpp); the linears' are declared in layer_ops.h
-torch::Tensor row_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values, torch::Tensor allowed,
-                            double scale, double softcap);
-
 namespace {
 
 using namespace layer_ops;
