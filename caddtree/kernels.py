@@ -360,8 +360,7 @@ def f16_rows(weight: torch.Tensor, bias: torch.Tensor | None = None) -> QuantLin
     w = weight.detach()
     if w.dim() != 2 or w.shape[1] % 32 or w.dtype != torch.float32 or w.device.type != "cpu":
         return None
-    rows = w.half().contiguous().view(torch.uint8)  # [N, 2K]
-    return QuantLinear(rows, GGML_TYPES["F16"], w.shape[1], None if bias is None else bias.detach().float())
+    return half_linear(w.half(), None if bias is None else bias.detach().float())
 
 
 def quantize_linears(module: nn.Module) -> int:
